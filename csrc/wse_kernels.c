@@ -1,0 +1,477 @@
+/* wse_kernels.c -- library kernels reachable from generated code via wse_lib_t:
+ * batched GEMM (OpenBLAS, dlopen'ed by wse_runtime.c) and conv2d forward /
+ * backward-input / backward-weight lowered to im2col / col2im + sgemm.
+ *
+ * Threading policy: OpenMP only.  OpenBLAS is switched to one thread at load
+ * time (wse_runtime.c) because its pthread pool and libgomp's team both
+ * busy-wait after each call; mixing them on few cores measured 3-20x slower
+ * convs.  So we parallelise ourselves: over the batch / images when there are
+ * enough of them, otherwise by splitting each GEMM into row or column tiles.
+ */
+#include "wse_runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define CBLAS_ROW_MAJOR 101
+#define CBLAS_NO_TRANS 111
+#define CBLAS_TRANS 112
+/* Work (multiply-adds or elements copied) below which forking a team costs
+   more than it saves (a libgomp fork/join is a few microseconds). */
+#define WSE_OMP_MIN_WORK (1LL << 15)
+#define WSE_GEMM_MIN_WORK (1LL << 17)
+
+static wse_sgemm_fn g_sgemm = NULL;
+static wse_dgemm_fn g_dgemm = NULL;
+
+void wse_kernels_set_blas(wse_sgemm_fn sgemm, wse_dgemm_fn dgemm) {
+  g_sgemm = sgemm;
+  g_dgemm = dgemm;
+}
+
+static int max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+static int thread_num(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/* Fork a team only for enough work and never from inside another team (so
+   nested regions cannot oversubscribe regardless of OMP_MAX_ACTIVE_LEVELS). */
+static int can_fork(int64_t work) {
+#ifdef _OPENMP
+  return work >= WSE_OMP_MIN_WORK && !omp_in_parallel() && omp_get_max_threads() > 1;
+#else
+  (void)work;
+  return 0;
+#endif
+}
+
+static void* xmalloc(size_t n) {
+  /* Kernels have no error channel; a NULL scratch buffer would mean silent
+     garbage, so fail loudly. Scratch is O(one image), rarely large. */
+  void* p = malloc(n ? n : 1);
+  if (!p) {
+    fprintf(stderr, "wse kernels: out of host memory allocating %zu bytes of scratch\n", n);
+    abort();
+  }
+  return p;
+}
+
+/* ======================= batched GEMM ==================================== */
+
+/* A leading dimension only matters when the stored matrix has >1 row; BLAS
+   still validates it, so normalise degenerate ones (common for views). */
+static int64_t fix_ld(int64_t ld, int64_t rows, int64_t cols) {
+  if (rows <= 1 && ld < cols) return cols > 1 ? cols : 1;
+  return ld;
+}
+
+static int blas_ok(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                   int ta, int tb) {
+  const int64_t lim = INT32_MAX; /* scipy-openblas32 uses 32-bit ints */
+  if (M > lim || N > lim || K > lim || lda > lim || ldb > lim || ldc > lim) return 0;
+  if (lda < (ta ? M : K) || lda < 1) return 0;
+  if (ldb < (tb ? K : N) || ldb < 1) return 0;
+  return ldc >= N && ldc >= 1;
+}
+
+/* Independent tiles of a batched GEMM: batch x mp row blocks x np column
+   blocks.  Only split matrices when the batch alone cannot feed every thread. */
+typedef struct { int64_t mp, np, count; int fork; } gemm_tiles_t;
+
+static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
+  gemm_tiles_t t = {1, 1, batch, 0};
+  int64_t work = batch * M * N * (K > 0 ? K : 1);
+  int nt = (work >= WSE_GEMM_MIN_WORK && can_fork(work)) ? max_threads() : 1;
+  if (nt <= 1) return t;
+  if (batch < nt) {
+    int64_t need = (nt + batch - 1) / batch;
+    if (M >= N) t.mp = need < M ? need : M;
+    else t.np = need < N ? need : N;
+  }
+  t.count = batch * t.mp * t.np;
+  t.fork = t.count > 1;
+  return t;
+}
+
+/* One templated body for f32/f64: reference loop (no BLAS, huge or odd
+   strides) and the batched driver.  beta == 0 means C is write-only, as in
+   BLAS, so NaN garbage in uninitialised outputs never leaks through. */
+#define WSE_DEFINE_GEMM(SUF, T, BLASFN)                                                    \
+  static void gemm_ref_##SUF(int ta, int tb, int64_t M, int64_t N, int64_t K, T alpha,     \
+                             const T* A, int64_t lda, const T* B, int64_t ldb, T beta,     \
+                             T* C, int64_t ldc) {                                          \
+    for (int64_t i = 0; i < M; i++)                                                        \
+      for (int64_t j = 0; j < N; j++) {                                                    \
+        T acc = 0;                                                                         \
+        for (int64_t k = 0; k < K; k++)                                                    \
+          acc += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]); \
+        T* c = &C[i * ldc + j];                                                            \
+        *c = alpha * acc + (beta == 0 ? (T)0 : beta * *c);                                 \
+      }                                                                                    \
+  }                                                                                        \
+  static void gemm_one_##SUF(int ta, int tb, int64_t M, int64_t N, int64_t K, T alpha,     \
+                             const T* A, int64_t lda, const T* B, int64_t ldb, T beta,     \
+                             T* C, int64_t ldc) {                                          \
+    if (BLASFN && K > 0 && blas_ok(M, N, K, lda, ldb, ldc, ta, tb))                        \
+      BLASFN(CBLAS_ROW_MAJOR, ta ? CBLAS_TRANS : CBLAS_NO_TRANS,                           \
+             tb ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, alpha, A, (int)lda, \
+             B, (int)ldb, beta, C, (int)ldc);                                              \
+    else                                                                                   \
+      gemm_ref_##SUF(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                \
+  }                                                                                        \
+  static void gemm_##SUF(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,   \
+                         T alpha, const T* A, int64_t lda, int64_t sa, const T* B,         \
+                         int64_t ldb, int64_t sb, T beta, T* C, int64_t ldc, int64_t sc) { \
+    if (batch <= 0 || M <= 0 || N <= 0) return;                                            \
+    lda = fix_ld(lda, ta ? K : M, ta ? M : K);                                             \
+    ldb = fix_ld(ldb, tb ? N : K, tb ? K : N);                                             \
+    ldc = fix_ld(ldc, M, N);                                                               \
+    gemm_tiles_t tl = plan_gemm(batch, M, N, K);                                           \
+    _Pragma("omp parallel for schedule(static) if (tl.fork)")                              \
+    for (int64_t t = 0; t < tl.count; t++) {                                               \
+      int64_t b = t / (tl.mp * tl.np), im = t / tl.np % tl.mp, jn = t % tl.np;             \
+      int64_t i0 = M * im / tl.mp, i1 = M * (im + 1) / tl.mp;                              \
+      int64_t j0 = N * jn / tl.np, j1 = N * (jn + 1) / tl.np;                              \
+      gemm_one_##SUF(ta, tb, i1 - i0, j1 - j0, K, alpha, A + b * sa + (ta ? i0 : i0 * lda), \
+                     lda, B + b * sb + (tb ? j0 * ldb : j0), ldb, beta,                    \
+                     C + b * sc + i0 * ldc + j0, ldc);                                     \
+    }                                                                                      \
+  }
+
+WSE_DEFINE_GEMM(f32, float, g_sgemm)
+WSE_DEFINE_GEMM(f64, double, g_dgemm)
+
+/* Thin wrapper so the conv code reads like BLAS calls. */
+static void sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_f32(1, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0);
+}
+
+/* ======================= conv2d ========================================== */
+
+typedef struct {
+  int64_t N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, G, OH, OW;
+  int64_t Cg, Og; /* channels per group */
+  int64_t K, L;   /* GEMM sizes: K = Cg*KH*KW (col rows), L = OH*OW (col columns) */
+  int identity;   /* 1x1, stride 1, no padding: the input already is its col matrix */
+  int depthwise;  /* one input and one output channel per group */
+} conv_t;
+
+static conv_t conv_unpack(const int64_t* p) {
+  conv_t c = {p[0], p[1],  p[2],  p[3],  p[4],  p[5],  p[6],  p[7],  p[8],
+              p[9], p[10], p[11], p[12], p[13], p[14], p[15], 0,     0,     0,
+              0,    0,     0};
+  c.Cg = c.C / c.G;
+  c.Og = c.O / c.G;
+  c.K = c.Cg * c.KH * c.KW;
+  c.L = c.OH * c.OW;
+  c.identity = c.KH == 1 && c.KW == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 &&
+               c.OH == c.H && c.OW == c.W;
+  c.depthwise = c.Cg == 1 && c.Og == 1;
+  return c;
+}
+
+/* Output columns [lo, hi) whose input column ow*sw + off lies inside [0, W). */
+static void ow_range(const conv_t* c, int64_t off, int64_t* lo, int64_t* hi) {
+  int64_t l = off >= 0 ? 0 : (-off + c->sw - 1) / c->sw;
+  int64_t top = c->W - 1 - off;
+  int64_t h = top < 0 ? 0 : top / c->sw + 1;
+  if (h > c->OW) h = c->OW;
+  if (l > h) l = h;
+  *lo = l;
+  *hi = h;
+}
+
+/* col[(ch*KH+kh)*KW+kw][oh*OW+ow] = x[ch][oh*sh-ph+kh*dh][ow*sw-pw+kw*dw] (0 outside).
+   Parallel over channels: the same loop shape is race-free for col2im. */
+static void im2col(const conv_t* c, const float* x, float* col) {
+  _Pragma("omp parallel for schedule(static) if (can_fork(c->K * c->L))")
+  for (int64_t ch = 0; ch < c->Cg; ch++)
+    for (int64_t kh = 0; kh < c->KH; kh++)
+      for (int64_t kw = 0; kw < c->KW; kw++) {
+        float* row = col + ((ch * c->KH + kh) * c->KW + kw) * c->L;
+        int64_t off = kw * c->dw - c->pw, lo, hi;
+        ow_range(c, off, &lo, &hi);
+        for (int64_t oh = 0; oh < c->OH; oh++) {
+          float* o = row + oh * c->OW;
+          int64_t ih = oh * c->sh - c->ph + kh * c->dh;
+          if (ih < 0 || ih >= c->H) {
+            memset(o, 0, (size_t)c->OW * sizeof(float));
+            continue;
+          }
+          const float* xr = x + (ch * c->H + ih) * c->W;
+          for (int64_t ow = 0; ow < lo; ow++) o[ow] = 0;
+          if (c->sw == 1)
+            memcpy(o + lo, xr + lo + off, (size_t)(hi - lo) * sizeof(float));
+          else
+            for (int64_t ow = lo; ow < hi; ow++) o[ow] = xr[ow * c->sw + off];
+          for (int64_t ow = hi; ow < c->OW; ow++) o[ow] = 0;
+        }
+      }
+}
+
+/* Adjoint of im2col: gx[ch][ih][iw] += col[...]; gx must be zeroed first. */
+static void col2im(const conv_t* c, const float* col, float* gx) {
+  _Pragma("omp parallel for schedule(static) if (can_fork(c->K * c->L))")
+  for (int64_t ch = 0; ch < c->Cg; ch++)
+    for (int64_t kh = 0; kh < c->KH; kh++)
+      for (int64_t kw = 0; kw < c->KW; kw++) {
+        const float* row = col + ((ch * c->KH + kh) * c->KW + kw) * c->L;
+        int64_t off = kw * c->dw - c->pw, lo, hi;
+        ow_range(c, off, &lo, &hi);
+        for (int64_t oh = 0; oh < c->OH; oh++) {
+          int64_t ih = oh * c->sh - c->ph + kh * c->dh;
+          if (ih < 0 || ih >= c->H) continue;
+          float* gr = gx + (ch * c->H + ih) * c->W;
+          const float* o = row + oh * c->OW;
+          for (int64_t ow = lo; ow < hi; ow++) gr[ow * c->sw + off] += o[ow];
+        }
+      }
+}
+
+/* y[n] (O x L) = W_g (Og x K) @ col(x[n]_g) (K x L), per group. */
+static void fwd_image(const conv_t* c, const float* x, const float* w, float* y, float* col) {
+  for (int64_t g = 0; g < c->G; g++) {
+    const float* xg = x + g * c->Cg * c->H * c->W;
+    const float* b = xg;
+    if (!c->identity) {
+      im2col(c, xg, col);
+      b = col;
+    }
+    sgemm(0, 0, c->Og, c->L, c->K, 1.0f, w + g * c->Og * c->K, c->K, b, c->L, 0.0f,
+          y + g * c->Og * c->L, c->L);
+  }
+}
+
+/* gx[n]_g = col2im(W_g^T (K x Og) @ gy[n]_g (Og x L)). */
+static void bwd_input_image(const conv_t* c, const float* gy, const float* w, float* gx,
+                            float* col) {
+  for (int64_t g = 0; g < c->G; g++) {
+    float* gxg = gx + g * c->Cg * c->H * c->W;
+    float* dst = c->identity ? gxg : col;
+    sgemm(1, 0, c->K, c->L, c->Og, 1.0f, w + g * c->Og * c->K, c->K, gy + g * c->Og * c->L,
+          c->L, 0.0f, dst, c->L);
+    if (!c->identity) {
+      memset(gxg, 0, (size_t)(c->Cg * c->H * c->W) * sizeof(float));
+      col2im(c, col, gxg);
+    }
+  }
+}
+
+/* gw_g (Og x K) (+)= gy[n]_g (Og x L) @ col(x[n]_g)^T (L x K). */
+static void bwd_weight_image(const conv_t* c, const float* gy, const float* x, float* gw,
+                             float* col, float beta) {
+  for (int64_t g = 0; g < c->G; g++) {
+    const float* xg = x + g * c->Cg * c->H * c->W;
+    const float* b = xg;
+    if (!c->identity) {
+      im2col(c, xg, col);
+      b = col;
+    }
+    sgemm(0, 1, c->Og, c->K, c->L, 1.0f, gy + g * c->Og * c->L, c->L, b, c->L, beta,
+          gw + g * c->Og * c->K, c->K);
+  }
+}
+
+/* Threads to spread images over.  1 means images run one after another and
+   each GEMM / im2col inside forks its own team instead (few, big images). */
+static int image_threads(const conv_t* c) {
+  int nt = max_threads();
+  if (c->N < nt || !can_fork(c->N * c->G * c->Og * c->L * (c->K > 0 ? c->K : 1))) return 1;
+  return nt;
+}
+
+typedef void (*image_fn)(const conv_t*, const float*, const float*, float*, float*);
+
+/* Runs fn for every image n on in + n*in_stride -> out + n*out_stride, each
+   thread with its own im2col scratch. */
+static void for_each_image(const conv_t* c, image_fn fn, const float* in, int64_t in_stride,
+                           const float* w, float* out, int64_t out_stride) {
+  int nt = image_threads(c);
+  size_t col_bytes = c->identity ? 0 : (size_t)(c->K * c->L) * sizeof(float);
+  _Pragma("omp parallel num_threads(nt) if (nt > 1)")
+  {
+    float* col = xmalloc(col_bytes);
+    _Pragma("omp for schedule(static)")
+    for (int64_t n = 0; n < c->N; n++) fn(c, in + n * in_stride, w, out + n * out_stride, col);
+    free(col);
+  }
+}
+
+/* ---- depthwise: direct loops ---------------------------------------------
+   With one input and one output channel per group, im2col + GEMM becomes a
+   1 x K x L matrix-vector product dominated by im2col traffic (measured ~7x
+   slower than these loops).  Planes are independent, so parallel over them. */
+
+/* y (OH x OW) = depthwise conv of one input plane x (H x W) with taps w. */
+static void dw_fwd_plane(const conv_t* c, const float* x, const float* w, float* y) {
+  memset(y, 0, (size_t)c->L * sizeof(float));
+  for (int64_t kh = 0; kh < c->KH; kh++)
+    for (int64_t kw = 0; kw < c->KW; kw++) {
+      float wv = w[kh * c->KW + kw];
+      int64_t off = kw * c->dw - c->pw, lo, hi;
+      ow_range(c, off, &lo, &hi);
+      for (int64_t oh = 0; oh < c->OH; oh++) {
+        int64_t ih = oh * c->sh - c->ph + kh * c->dh;
+        if (ih < 0 || ih >= c->H) continue;
+        const float* restrict xr = x + ih * c->W;
+        float* restrict yr = y + oh * c->OW;
+        if (c->sw == 1) /* contiguous: lets the compiler vectorise */
+          for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + off];
+        else
+          for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * c->sw + off];
+      }
+    }
+}
+
+/* gx (H x W) = adjoint of dw_fwd_plane applied to gy (OH x OW). */
+static void dw_bwd_input_plane(const conv_t* c, const float* gy, const float* w, float* gx) {
+  memset(gx, 0, (size_t)(c->H * c->W) * sizeof(float));
+  for (int64_t kh = 0; kh < c->KH; kh++)
+    for (int64_t kw = 0; kw < c->KW; kw++) {
+      float wv = w[kh * c->KW + kw];
+      int64_t off = kw * c->dw - c->pw, lo, hi;
+      ow_range(c, off, &lo, &hi);
+      for (int64_t oh = 0; oh < c->OH; oh++) {
+        int64_t ih = oh * c->sh - c->ph + kh * c->dh;
+        if (ih < 0 || ih >= c->H) continue;
+        float* restrict gr = gx + ih * c->W;
+        const float* restrict gyr = gy + oh * c->OW;
+        if (c->sw == 1)
+          for (int64_t ow = lo; ow < hi; ow++) gr[ow + off] += wv * gyr[ow];
+        else
+          for (int64_t ow = lo; ow < hi; ow++) gr[ow * c->sw + off] += wv * gyr[ow];
+      }
+    }
+}
+
+/* gw taps of channel ch, summed over all images.  Partial sums go through a
+   per-column buffer so the inner loop vectorises without -ffast-math. */
+static void dw_bwd_weight_channel(const conv_t* c, const float* gy, const float* x, float* gw,
+                                  int64_t ch, float* restrict acc) {
+  for (int64_t kh = 0; kh < c->KH; kh++)
+    for (int64_t kw = 0; kw < c->KW; kw++) {
+      int64_t off = kw * c->dw - c->pw, lo, hi;
+      ow_range(c, off, &lo, &hi);
+      memset(acc, 0, (size_t)c->OW * sizeof(float));
+      for (int64_t n = 0; n < c->N; n++)
+        for (int64_t oh = 0; oh < c->OH; oh++) {
+          int64_t ih = oh * c->sh - c->ph + kh * c->dh;
+          if (ih < 0 || ih >= c->H) continue;
+          const float* restrict xr = x + ((n * c->C + ch) * c->H + ih) * c->W;
+          const float* restrict gyr = gy + (n * c->O + ch) * c->L + oh * c->OW;
+          if (c->sw == 1)
+            for (int64_t ow = lo; ow < hi; ow++) acc[ow] += gyr[ow] * xr[ow + off];
+          else
+            for (int64_t ow = lo; ow < hi; ow++) acc[ow] += gyr[ow] * xr[ow * c->sw + off];
+        }
+      float sum = 0;
+      for (int64_t ow = lo; ow < hi; ow++) sum += acc[ow];
+      gw[ch * c->KH * c->KW + kh * c->KW + kw] = sum;
+    }
+}
+
+static void dw_fwd(const conv_t* c, const float* x, const float* w, float* y) {
+  int64_t planes = c->N * c->C, taps = c->KH * c->KW;
+  _Pragma("omp parallel for schedule(static) if (can_fork(planes * c->L * taps))")
+  for (int64_t i = 0; i < planes; i++)
+    dw_fwd_plane(c, x + i * c->H * c->W, w + (i % c->C) * taps, y + i * c->L);
+}
+
+static void dw_bwd_input(const conv_t* c, const float* gy, const float* w, float* gx) {
+  int64_t planes = c->N * c->C, taps = c->KH * c->KW;
+  _Pragma("omp parallel for schedule(static) if (can_fork(planes * c->L * taps))")
+  for (int64_t i = 0; i < planes; i++)
+    dw_bwd_input_plane(c, gy + i * c->L, w + (i % c->C) * taps, gx + i * c->H * c->W);
+}
+
+static void dw_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw) {
+  _Pragma("omp parallel if (can_fork(c->N * c->C * c->L * c->KH * c->KW))")
+  {
+    float* acc = xmalloc((size_t)c->OW * sizeof(float));
+    _Pragma("omp for schedule(static)")
+    for (int64_t ch = 0; ch < c->C; ch++) dw_bwd_weight_channel(c, gy, x, gw, ch, acc);
+    free(acc);
+  }
+}
+
+/* ---- entry points ------------------------------------------------------- */
+
+static void conv2d_f32(const float* x, const float* w, float* y, const int64_t* p) {
+  conv_t c = conv_unpack(p);
+  if (c.depthwise) {
+    dw_fwd(&c, x, w, y);
+    return;
+  }
+  for_each_image(&c, fwd_image, x, c.C * c.H * c.W, w, y, c.O * c.L);
+}
+
+static void conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, const int64_t* p) {
+  conv_t c = conv_unpack(p);
+  if (c.depthwise) {
+    dw_bwd_input(&c, gy, w, gx);
+    return;
+  }
+  for_each_image(&c, bwd_input_image, gy, c.O * c.L, w, gx, c.C * c.H * c.W);
+}
+
+/* Images are summed into gw, so threads accumulate private copies that are
+   reduced afterwards (static schedule keeps the result deterministic). */
+static void conv2d_bwd_weight_f32(const float* gy, const float* x, float* gw, const int64_t* p) {
+  conv_t c = conv_unpack(p);
+  int64_t wsize = c.O * c.K;
+  if (c.depthwise) {
+    dw_bwd_weight(&c, gy, x, gw);
+    return;
+  }
+  if (c.N <= 0) {
+    memset(gw, 0, (size_t)wsize * sizeof(float));
+    return;
+  }
+  int nt = image_threads(&c);
+  size_t col_bytes = c.identity ? 0 : (size_t)(c.K * c.L) * sizeof(float);
+  float* part = nt > 1 ? xmalloc((size_t)(nt * wsize) * sizeof(float)) : gw;
+  _Pragma("omp parallel num_threads(nt) if (nt > 1)")
+  {
+    float* col = xmalloc(col_bytes);
+    float* acc = part + (nt > 1 ? thread_num() * wsize : 0);
+    float beta = 0.0f;
+    _Pragma("omp for schedule(static)")
+    for (int64_t n = 0; n < c.N; n++) {
+      bwd_weight_image(&c, gy + n * c.O * c.L, x + n * c.C * c.H * c.W, acc, col, beta);
+      beta = 1.0f;
+    }
+    if (beta == 0.0f) memset(acc, 0, (size_t)wsize * sizeof(float)); /* thread got no image */
+    free(col);
+  }
+  if (nt > 1) {
+    for (int64_t i = 0; i < wsize; i++) {
+      float s = 0;
+      for (int t = 0; t < nt; t++) s += part[t * wsize + i];
+      gw[i] = s;
+    }
+    free(part);
+  }
+}
+
+const wse_lib_t wse_kernels_lib = {
+    .gemm_f32 = gemm_f32,
+    .gemm_f64 = gemm_f64,
+    .conv2d_f32 = conv2d_f32,
+    .conv2d_bwd_input_f32 = conv2d_bwd_input_f32,
+    .conv2d_bwd_weight_f32 = conv2d_bwd_weight_f32,
+};

@@ -1,0 +1,185 @@
+/* wse_prefix.h -- pasted verbatim at the top of every GENERATED C program.
+ *
+ * It must stay self-contained: generated code is compiled from a temp dir with
+ * no include path into the project, so this text is the only shared context
+ * between the runtime (which fills in wse_lib_t) and the generated program.
+ * The runtime includes this same header so the struct layout cannot drift.
+ *
+ * All helpers are `static inline` so that pasting the prefix into several
+ * translation units never produces duplicate symbols.  The float16/bfloat16
+ * conversions use integer bit manipulation only, so they stay exact even if a
+ * generated program is compiled with -ffast-math.
+ */
+#ifndef WSE_PREFIX_H
+#define WSE_PREFIX_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* ---- ABI shared with the runtime ------------------------------------- */
+
+typedef struct wse_lib {
+  /* Row-major batched GEMM: for b in [0,batch):
+       C_b = alpha * op(A_b) @ op(B_b) + beta * C_b,  op(X) = X or X^T.
+     A_b = A + b*stride_a (elements), likewise B_b, C_b; M,N,K as in BLAS. */
+  void (*gemm_f32)(int64_t batch, int trans_a, int trans_b,
+                   int64_t M, int64_t N, int64_t K,
+                   float alpha, const float* A, int64_t lda, int64_t stride_a,
+                   const float* B, int64_t ldb, int64_t stride_b,
+                   float beta, float* C, int64_t ldc, int64_t stride_c);
+  void (*gemm_f64)(int64_t batch, int trans_a, int trans_b,
+                   int64_t M, int64_t N, int64_t K,
+                   double alpha, const double* A, int64_t lda, int64_t stride_a,
+                   const double* B, int64_t ldb, int64_t stride_b,
+                   double beta, double* C, int64_t ldc, int64_t stride_c);
+  /* conv2d on contiguous NCHW input, OIHW weight (I = C/groups), output
+     N,O,OH,OW, no bias.  p = {N, C, H, W, O, KH, KW, stride_h, stride_w,
+     pad_h, pad_w, dil_h, dil_w, groups, OH, OW}.  Outputs are overwritten. */
+  void (*conv2d_f32)(const float* x, const float* w, float* y, const int64_t* p);
+  void (*conv2d_bwd_input_f32)(const float* gy, const float* w, float* gx,
+                               const int64_t* p);
+  void (*conv2d_bwd_weight_f32)(const float* gy, const float* x, float* gw,
+                                const int64_t* p);
+} wse_lib_t;
+
+/* The single entry point every generated program exports. */
+typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
+                            const double* scalars, int64_t* errinfo);
+
+/* Entry-point return codes; details go to errinfo[0..3]. */
+#define WSE_OK 0
+#define WSE_ERR_INDEX 1    /* errinfo[0] = index value, errinfo[1] = dim size */
+#define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
+
+/* Conv parameter slots, so generated code need not hard-code offsets. */
+enum {
+  WSE_CONV_N, WSE_CONV_C, WSE_CONV_H, WSE_CONV_W, WSE_CONV_O, WSE_CONV_KH,
+  WSE_CONV_KW, WSE_CONV_SH, WSE_CONV_SW, WSE_CONV_PH, WSE_CONV_PW,
+  WSE_CONV_DH, WSE_CONV_DW, WSE_CONV_GROUPS, WSE_CONV_OH, WSE_CONV_OW,
+  WSE_CONV_NPARAMS
+};
+
+/* ---- float16 / bfloat16 (storage type uint16_t) ----------------------- */
+
+static inline uint32_t wse_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float wse_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Round-to-nearest-even, NaN -> quiet NaN 0x7E00 (sign kept), like torch. */
+static inline uint16_t wse_f32_to_f16(float f) {
+  uint32_t x = wse_f32_bits(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return sign | 0x7E00u;          /* NaN */
+  if (ax >= 0x477FF000u) return sign | 0x7C00u;         /* >= 65520 rounds to inf */
+  if (ax >= 0x38800000u) {                              /* normal half */
+    uint32_t h = (ax >> 13) - (112u << 10);             /* rebias exponent 127 -> 15 */
+    uint32_t rem = ax & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;  /* carry may bump exponent: fine */
+    return sign | (uint16_t)h;
+  }
+  uint32_t e = ax >> 23;
+  if (e < 102u) return sign;                            /* < 2^-25: rounds to (signed) zero */
+  uint32_t m = (ax & 0x7FFFFFu) | 0x800000u, s = 126u - e;  /* subnormal: m * 2^-s units of 2^-24 */
+  uint32_t h = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
+  if (rem > half || (rem == half && (h & 1u))) h++;     /* 0x3FF+1 becomes smallest normal: correct */
+  return sign | (uint16_t)h;
+}
+
+static inline float wse_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+  if (exp == 0x1Fu) return wse_bits_f32(sign | 0x7F800000u | (man << 13));
+  if (exp != 0) return wse_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+  if (man == 0) return wse_bits_f32(sign);
+  /* subnormal: renormalise so the leading 1 lands in the implicit bit */
+  uint32_t e = 113u;
+  while (!(man & 0x400u)) { man <<= 1; e--; }
+  return wse_bits_f32(sign | (e << 23) | ((man & 0x3FFu) << 13));
+}
+
+/* Same rounding as c10::BFloat16: RNE, any NaN -> 0x7FC0. */
+static inline uint16_t wse_f32_to_bf16(float f) {
+  uint32_t x = wse_f32_bits(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;
+  return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+static inline float wse_bf16_to_f32(uint16_t h) { return wse_bits_f32((uint32_t)h << 16); }
+
+/* ---- integer division with Python / torch semantics -------------------- */
+/* Callers must check b == 0 themselves (-> WSE_ERR_ZERO_DIV).  b == -1 is
+   special-cased because INT64_MIN / -1 is UB in C; torch wraps around. */
+
+static inline int64_t wse_floordiv_i64(int64_t a, int64_t b) {
+  if (b == -1) return (int64_t)(0u - (uint64_t)a);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+  return q;
+}
+
+/* Result has the sign of the divisor, like Python % and torch.remainder. */
+static inline int64_t wse_mod_i64(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+/* ---- floating point division helpers ---------------------------------- */
+
+/* torch.fmod: C semantics, sign of the dividend. */
+static inline double wse_fmod(double a, double b) { return fmod(a, b); }
+static inline float wse_fmodf(float a, float b) { return fmodf(a, b); }
+
+/* torch.remainder: sign of the divisor (same formula as ATen's CPU kernel). */
+static inline double wse_remainder(double a, double b) {
+  double m = fmod(a, b);
+  if (m != 0 && ((b < 0) != (m < 0))) m += b;
+  return m;
+}
+static inline float wse_remainderf(float a, float b) {
+  float m = fmodf(a, b);
+  if (m != 0 && ((b < 0) != (m < 0))) m += b;
+  return m;
+}
+
+/* torch.div(..., rounding_mode="floor") for floats (ATen div_floor_floating). */
+static inline double wse_floordiv(double a, double b) {
+  if (b == 0) return a / b;
+  double m = fmod(a, b), d = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0))) d -= 1.0;
+  if (d == 0) return copysign(0.0, a / b);
+  double f = floor(d);
+  return (d - f > 0.5) ? f + 1.0 : f;
+}
+static inline float wse_floordivf(float a, float b) {
+  if (b == 0) return a / b;
+  float m = fmodf(a, b), d = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0))) d -= 1.0f;
+  if (d == 0) return copysignf(0.0f, a / b);
+  float f = floorf(d);
+  return (d - f > 0.5f) ? f + 1.0f : f;
+}
+
+/* ---- activations -------------------------------------------------------- */
+
+static inline double wse_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static inline float wse_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Exact (erf) GELU, torch's default approximate="none", and its derivative
+   for the backward pass.  Own constants: M_SQRT1_2 is missing under -std=c11. */
+#define WSE_SQRT1_2 0.70710678118654752440
+#define WSE_INV_SQRT_2PI 0.39894228040143267794
+static inline double wse_gelu(double x) { return 0.5 * x * (1.0 + erf(x * WSE_SQRT1_2)); }
+static inline float wse_geluf(float x) { return 0.5f * x * (1.0f + erff(x * (float)WSE_SQRT1_2)); }
+static inline double wse_gelu_grad(double x) {
+  return 0.5 * (1.0 + erf(x * WSE_SQRT1_2)) + x * exp(-0.5 * x * x) * WSE_INV_SQRT_2PI;
+}
+static inline float wse_gelu_gradf(float x) {
+  return 0.5f * (1.0f + erff(x * (float)WSE_SQRT1_2)) +
+         x * expf(-0.5f * x * x) * (float)WSE_INV_SQRT_2PI;
+}
+
+#endif /* WSE_PREFIX_H */

@@ -1,0 +1,155 @@
+/* wse_runtime.c -- device memory accounting, program loading, BLAS loading.
+ *
+ * The "device" is host memory: what makes it a device is that every byte is
+ * accounted against a capacity, so the Python layer can raise a clean OOM
+ * error (and tests can exercise it) instead of the process being killed.
+ */
+#define _GNU_SOURCE
+#include "wse_runtime.h"
+
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define WSE_ALIGN 64
+#define WSE_HEADER 64 /* a full alignment unit, so the user pointer stays aligned */
+#define WSE_DEFAULT_CAPACITY (16LL << 30)
+#define WSE_MAGIC 0x7773656275660a01LL /* catches double / foreign frees early */
+
+static _Atomic int64_t g_in_use = 0;
+static _Atomic int64_t g_peak = 0;
+static _Atomic int64_t g_nbuf = 0;
+static _Atomic int64_t g_capacity = -1; /* -1: not yet read from the environment */
+
+/* Header stored just before each user pointer: the size is needed by
+   wse_free to keep the accounting exact without a side table. */
+typedef struct { int64_t nbytes; int64_t magic; } wse_header_t;
+
+static int64_t capacity_from_env(void) {
+  const char* s = getenv("LAZYDEV_DEVICE_MEMORY");
+  if (!s || !*s) return WSE_DEFAULT_CAPACITY;
+  char* end = NULL;
+  long long v = strtoll(s, &end, 10);
+  while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+  /* A malformed value silently meaning "unlimited" or "0" would be worse
+     than the default; the Python layer validates and reports it. */
+  if (end == s || *end != '\0' || v < 0) return WSE_DEFAULT_CAPACITY;
+  return (int64_t)v;
+}
+
+int64_t wse_capacity(void) {
+  int64_t c = atomic_load(&g_capacity);
+  if (c < 0) {
+    int64_t expected = -1;
+    atomic_compare_exchange_strong(&g_capacity, &expected, capacity_from_env());
+    c = atomic_load(&g_capacity);
+  }
+  return c;
+}
+
+void wse_set_capacity(int64_t nbytes) { atomic_store(&g_capacity, nbytes < 0 ? 0 : nbytes); }
+int64_t wse_bytes_in_use(void) { return atomic_load(&g_in_use); }
+int64_t wse_peak_bytes(void) { return atomic_load(&g_peak); }
+int64_t wse_num_buffers(void) { return atomic_load(&g_nbuf); }
+void wse_reset_peak(void) { atomic_store(&g_peak, atomic_load(&g_in_use)); }
+
+static void bump_peak(int64_t now) {
+  int64_t old = atomic_load(&g_peak);
+  while (now > old && !atomic_compare_exchange_weak(&g_peak, &old, now)) {
+  }
+}
+
+void* wse_malloc(int64_t nbytes) {
+  if (nbytes < 0) return NULL;
+  int64_t cap = wse_capacity();
+  /* Reserve first, then check: two threads can never both squeeze in. */
+  int64_t now = atomic_fetch_add(&g_in_use, nbytes) + nbytes;
+  if (now > cap) {
+    atomic_fetch_sub(&g_in_use, nbytes);
+    return NULL;
+  }
+  size_t total = ((size_t)nbytes + WSE_HEADER + WSE_ALIGN - 1) & ~(size_t)(WSE_ALIGN - 1);
+  char* raw = aligned_alloc(WSE_ALIGN, total);
+  if (!raw) {
+    atomic_fetch_sub(&g_in_use, nbytes);
+    return NULL;
+  }
+  wse_header_t* h = (wse_header_t*)(raw + WSE_HEADER - sizeof(wse_header_t));
+  h->nbytes = nbytes;
+  h->magic = WSE_MAGIC;
+  atomic_fetch_add(&g_nbuf, 1);
+  bump_peak(now);
+  return raw + WSE_HEADER;
+}
+
+void wse_free(void* p) {
+  if (!p) return;
+  char* raw = (char*)p - WSE_HEADER;
+  wse_header_t* h = (wse_header_t*)((char*)p - sizeof(wse_header_t));
+  if (h->magic != WSE_MAGIC) {
+    /* Freeing garbage would corrupt the heap silently; die loudly instead. */
+    fprintf(stderr, "wse_free: %p is not a live wse allocation\n", p);
+    abort();
+  }
+  h->magic = 0;
+  atomic_fetch_sub(&g_in_use, h->nbytes);
+  atomic_fetch_sub(&g_nbuf, 1);
+  free(raw);
+}
+
+void wse_memcpy(void* dst, const void* src, int64_t n) {
+  if (n > 0) memcpy(dst, src, (size_t)n);
+}
+
+/* ---- programs ------------------------------------------------------------- */
+
+static void copy_err(char* errbuf, int errlen, const char* what, const char* path) {
+  if (!errbuf || errlen <= 0) return;
+  const char* e = dlerror();
+  snprintf(errbuf, (size_t)errlen, "%s %s: %s", what, path, e ? e : "unknown error");
+}
+
+void* wse_program_load(const char* so_path, char* errbuf, int errlen) {
+  dlerror(); /* clear stale state so the message we report is ours */
+  /* RTLD_LOCAL: every program defines the same `wse_entry` symbol. */
+  void* h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    copy_err(errbuf, errlen, "dlopen", so_path);
+    return NULL;
+  }
+  void* entry = dlsym(h, "wse_entry");
+  if (!entry) {
+    copy_err(errbuf, errlen, "dlsym(wse_entry) in", so_path);
+    dlclose(h);
+    return NULL;
+  }
+  return entry;
+}
+
+int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo) {
+  wse_entry_fn fn = (wse_entry_fn)entry;
+  return fn(&wse_kernels_lib, bufs, scalars, errinfo);
+}
+
+/* ---- BLAS ----------------------------------------------------------------- */
+
+int wse_blas_load(const char* path) {
+  /* Loaded at run time rather than linked: the wheel is built in an isolated
+     env whose OpenBLAS path would not exist after install. */
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return 1;
+  void* s = dlsym(h, "scipy_cblas_sgemm");
+  void* d = dlsym(h, "scipy_cblas_dgemm");
+  if (!s || !d) {
+    dlclose(h);
+    return 2;
+  }
+  /* Single-threaded BLAS: the kernels parallelise with OpenMP themselves, and
+     two busy-waiting thread pools on the same cores fight (see wse_kernels.c).
+     This private copy of the library is not shared with numpy/scipy. */
+  void (*set_threads)(int) = (void (*)(int))dlsym(h, "scipy_openblas_set_num_threads");
+  if (set_threads) set_threads(1);
+  wse_kernels_set_blas((wse_sgemm_fn)s, (wse_dgemm_fn)d);
+  return 0;
+}

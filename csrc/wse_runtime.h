@@ -1,0 +1,54 @@
+/* wse_runtime.h -- public C API of the lazydev "wse" device runtime.
+ *
+ * wse_lib_t / wse_entry_fn live in wse_prefix.h because generated programs
+ * only ever see the prefix text; including it here keeps one definition.
+ */
+#ifndef WSE_RUNTIME_H
+#define WSE_RUNTIME_H
+
+#include "wse_prefix.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- device memory ------------------------------------------------------ */
+/* All accounting is atomic: an async queue thread may alloc/free concurrently. */
+void*   wse_malloc(int64_t nbytes);   /* 64-byte aligned; NULL if over capacity or malloc fails */
+void    wse_free(void* p);            /* NULL is a no-op */
+void    wse_memcpy(void* dst, const void* src, int64_t n);
+int64_t wse_bytes_in_use(void);
+int64_t wse_peak_bytes(void);
+void    wse_reset_peak(void);         /* peak := current bytes in use */
+int64_t wse_capacity(void);           /* default: $LAZYDEV_DEVICE_MEMORY or 16 GiB */
+void    wse_set_capacity(int64_t nbytes);
+int64_t wse_num_buffers(void);
+
+/* ---- programs ------------------------------------------------------------- */
+/* dlopen + dlsym("wse_entry").  Returns the entry point, or NULL with the
+   dlerror() text copied into errbuf.  The library is never unloaded. */
+void* wse_program_load(const char* so_path, char* errbuf, int errlen);
+/* Calls entry(&lib, bufs, scalars, errinfo) and returns its code. */
+int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
+                      int64_t* errinfo);
+
+/* ---- BLAS ----------------------------------------------------------------- */
+/* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol
+   missing.  Without it the GEMM kernels fall back to a slow reference loop. */
+int   wse_blas_load(const char* path);
+const char* wse_prefix_source(void);  /* defined by the cffi build (_build.py) */
+
+/* ---- internal: shared between wse_runtime.c and wse_kernels.c ------------- */
+typedef void (*wse_sgemm_fn)(int order, int ta, int tb, int M, int N, int K,
+                             float alpha, const float* A, int lda,
+                             const float* B, int ldb, float beta, float* C, int ldc);
+typedef void (*wse_dgemm_fn)(int order, int ta, int tb, int M, int N, int K,
+                             double alpha, const double* A, int lda,
+                             const double* B, int ldb, double beta, double* C, int ldc);
+void wse_kernels_set_blas(wse_sgemm_fn sgemm, wse_dgemm_fn dgemm);
+extern const wse_lib_t wse_kernels_lib;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WSE_RUNTIME_H */

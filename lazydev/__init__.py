@@ -1,0 +1,39 @@
+"""lazydev: a lazy-tensor device ("wse") for PyTorch.
+
+    model.to("wse"); ...; loss.backward(); opt.step(); lazydev.mark_step()
+
+Operations on wse tensors are recorded, not run. `mark_step()` (or any read of a value) compiles
+the recorded trace to C, caches the program, and runs it on the C device runtime.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import metrics  # noqa: E402
+from .config import config  # noqa: E402
+from .tensor import device as _device  # noqa: E402
+
+_device.register()
+
+from .tensor import special as _special  # noqa: E402,F401  (registers handlers)
+from .tensor.wse_tensor import WseTensor  # noqa: E402
+from .trace import sync as _sync  # noqa: E402
+
+
+def mark_step() -> None:
+    """End of a step: compile (or fetch from the cache) and run the pending graph of every live
+    wse tensor with pending work, then start a new trace. Execution is synchronous for now, so
+    when it returns, every wse tensor's value is in device memory."""
+    _sync.sync("mark_step")
+
+
+def wait() -> None:
+    """Wait for all queued device work (execution is synchronous, so this returns at once)."""
+
+
+def sync(tensors=None) -> None:
+    """Materialise `tensors` (all pending work is computed together, see mark_step)."""
+    _sync.sync("sync")
+
+
+__all__ = ["mark_step", "wait", "sync", "metrics", "config", "WseTensor", "__version__"]

@@ -1,0 +1,219 @@
+"""The op -> C expression table and the dtype -> C type tables used by codegen.
+
+Values of float16/bfloat16 nodes are computed in float and rounded back after every op, as
+PyTorch's CPU kernels do; they are stored as uint16_t.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..trace.ir import Op
+
+STORE_TYPE = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t",
+    torch.bfloat16: "uint16_t", torch.int64: "int64_t", torch.int32: "int32_t",
+    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+}
+SUPPORTED = frozenset(STORE_TYPE)
+HALF = {torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def vtype(dtype: torch.dtype) -> str:
+    """The C type values of `dtype` are computed in."""
+    return "float" if dtype in HALF else STORE_TYPE[dtype]
+
+
+def load_expr(dtype, ptr_elem: str) -> str:
+    kind = HALF.get(dtype)
+    return f"wse_{kind}_to_f32({ptr_elem})" if kind else ptr_elem
+
+
+def store_expr(dtype, value: str) -> str:
+    kind = HALF.get(dtype)
+    return f"wse_f32_to_{kind}({value})" if kind else value
+
+
+def round_half(dtype, value: str) -> str:
+    """Round a float value to the precision of a half dtype (identity for other dtypes)."""
+    kind = HALF.get(dtype)
+    return f"wse_{kind}_to_f32(wse_f32_to_{kind}({value}))" if kind else value
+
+
+def literal(value, dtype) -> str:
+    if dtype is torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        if value != value:
+            return "NAN"
+        if value in (float("inf"), float("-inf")):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        text = repr(float(value))
+        return f"{text}f" if vtype(dtype) == "float" else text
+    if dtype is torch.int64:
+        return f"INT64_C({int(value)})"
+    return str(int(value))
+
+
+_FLOAT_FN = {
+    Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan",
+    Op.TANH: "tanh", Op.ERF: "erf", Op.ERFC: "erfc", Op.FLOOR: "floor", Op.CEIL: "ceil",
+    Op.ROUND: "nearbyint", Op.TRUNC: "trunc", Op.LOG1P: "log1p", Op.EXPM1: "expm1",
+    Op.ASIN: "asin", Op.ACOS: "acos", Op.ATAN: "atan", Op.SINH: "sinh", Op.COSH: "cosh",
+    Op.ASINH: "asinh", Op.ACOSH: "acosh", Op.ATANH: "atanh", Op.EXP2: "exp2", Op.LOG2: "log2",
+    Op.LOG10: "log10", Op.LGAMMA: "lgamma",
+}
+_FLOAT_FN2 = {Op.ATAN2: "atan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign",
+              Op.NEXTAFTER: "nextafter", Op.FMOD: "fmod"}
+_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.EQ: "==", Op.NE: "!=",
+          Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.BITAND: "&", Op.BITOR: "|",
+          Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
+_INT_IDENTITY = {Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC}
+
+
+class CodegenUnsupported(Exception):
+    pass
+
+
+def unary(op: Op, dtype, x: str, src_dtype) -> str:
+    """C expression for a unary op; `dtype` is the node's, `src_dtype` its source's."""
+    isf = dtype.is_floating_point
+    one = literal(1, dtype)
+    zero = literal(0, dtype)
+    if op in _FLOAT_FN and isf:
+        return f"{_FLOAT_FN[op]}({x})"
+    if op in _INT_IDENTITY:
+        return x
+    if op is Op.NEG:
+        return f"(-{x})"
+    if op is Op.ABS:
+        return f"fabs({x})" if isf else f"({x} < 0 ? -{x} : {x})"
+    if op is Op.RSQRT:
+        return f"({one} / sqrt({x}))"
+    if op is Op.SIGMOID:
+        return f"({one} / ({one} + exp(-{x})))"
+    if op is Op.RECIPROCAL:
+        return f"({one} / {x})"
+    if op is Op.RELU:
+        nan = f"{x} != {x} || " if isf else ""
+        return f"(({nan}{x} > {zero}) ? {x} : {zero})"
+    if op is Op.SIGN:
+        if dtype is torch.bool:
+            return x
+        return f"({x} != {x} ? {x} : ({dtype_cast(dtype)})(({x} > 0) - ({x} < 0)))"
+    if op is Op.NOT:
+        return f"(!{x})"
+    if op is Op.BITNOT:
+        return f"(!{x})" if dtype is torch.bool else f"(~{x})"
+    sf = src_dtype.is_floating_point
+    if op is Op.ISNAN:
+        return f"({x} != {x})" if sf else "false"
+    if op is Op.ISINF:
+        return f"(isinf({x}) != 0)" if sf else "false"
+    if op is Op.ISFINITE:
+        return f"(isfinite({x}) != 0)" if sf else "true"
+    if op is Op.SIGNBIT:
+        return f"(signbit({x}) != 0)" if sf else f"({x} < 0)"
+    raise CodegenUnsupported(f"{op.name} on {dtype}")
+
+
+def dtype_cast(dtype) -> str:
+    return vtype(dtype)
+
+
+def binary(op: Op, dtype, a: str, b: str) -> str:
+    isf = dtype.is_floating_point
+    if dtype is torch.bool and op in (Op.ADD, Op.MUL, Op.MAX, Op.MIN):
+        return f"({a} {'||' if op in (Op.ADD, Op.MAX) else '&&'} {b})"
+    if op in _INFIX:
+        return f"({a} {_INFIX[op]} {b})"
+    if op in _FLOAT_FN2 and isf:
+        return f"{_FLOAT_FN2[op]}({a}, {b})"
+    if op is Op.MAX:
+        return f"(({a} != {a} || {a} > {b}) ? {a} : {b})" if isf else f"({a} > {b} ? {a} : {b})"
+    if op is Op.MIN:
+        return f"(({a} != {a} || {a} < {b}) ? {a} : {b})" if isf else f"({a} < {b} ? {a} : {b})"
+    if op is Op.AND:
+        return f"({a} && {b})"
+    if op is Op.OR:
+        return f"({a} || {b})"
+    if op is Op.XOR:
+        return f"(!{a} != !{b})"
+    suffix = "f" if vtype(dtype) == "float" else ""
+    if op is Op.MOD and isf:
+        return f"wse_remainder{suffix}({a}, {b})"
+    if op is Op.FLOORDIV and isf:
+        return f"wse_floordiv{suffix}({a}, {b})"
+    raise CodegenUnsupported(f"{op.name} on {dtype}")
+
+
+def int_division(op: Op, a: str, b: str) -> str:
+    """Integer division-like ops; the caller has already checked `b != 0`."""
+    if op is Op.FLOORDIV:
+        return f"wse_floordiv_i64({a}, {b})"
+    if op is Op.MOD:
+        return f"wse_mod_i64({a}, {b})"
+    if op in (Op.TRUNCDIV, Op.FMOD):
+        return f"({a} {'/' if op is Op.TRUNCDIV else '%'} {b})"
+    raise CodegenUnsupported(op.name)
+
+
+def pow_expr(dtype, a: str, b: str, const_exp) -> str:
+    if dtype.is_floating_point:
+        if const_exp == 2:
+            return f"({a} * {a})"
+        if const_exp == 1:
+            return a
+        if const_exp == 3:
+            return f"({a} * {a} * {a})"
+        return f"pow({a}, ({vtype(dtype)}){b})"
+    return f"wse_ipow({a}, {b})"
+
+
+def cast_expr(dst, src, x: str) -> str:
+    if dst is torch.bool:
+        return f"({x} != 0)"
+    if src.is_floating_point and not dst.is_floating_point:
+        # C leaves float->int conversion of out-of-range values undefined; PyTorch gives
+        # platform results. Keep it defined: NaN -> 0, saturate the rest via int64.
+        return f"(({vtype(dst)})wse_f2i64((double){x}))"
+    return round_half(dst, f"(({vtype(dst)}){x})")
+
+
+REDUCE_INIT = {
+    Op.SUM: lambda dt: literal(0, dt), Op.PROD: lambda dt: literal(1, dt),
+    Op.ANY: lambda dt: "false", Op.ALL: lambda dt: "true",
+    Op.RMAX: lambda dt: "(-INFINITY)" if dt.is_floating_point else _int_limit(dt, "MIN"),
+    Op.RMIN: lambda dt: "INFINITY" if dt.is_floating_point else _int_limit(dt, "MAX"),
+}
+
+
+def _int_limit(dt, which):
+    if dt is torch.bool:
+        return "false" if which == "MIN" else "true"
+    if dt is torch.uint8:
+        return "0" if which == "MIN" else "255"
+    bits = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}[dt]
+    return f"INT{bits}_{which}"
+
+
+def acc_type(op: Op, dtype) -> str:
+    """Accumulator type: float sums accumulate in double, as PyTorch's cascade sum is close to."""
+    if op in (Op.SUM, Op.PROD) and dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return "double"
+    return vtype(dtype)
+
+
+def reduce_step(op: Op, dtype, acc: str, x: str) -> str:
+    """A statement that folds `x` into `acc`."""
+    isf = dtype.is_floating_point
+    if op is Op.SUM:
+        return f"{acc} += {x};"
+    if op is Op.PROD:
+        return f"{acc} *= {x};"
+    if op is Op.ANY:
+        return f"{acc} = {acc} || {x};"
+    if op is Op.ALL:
+        return f"{acc} = {acc} && {x};"
+    cmp = ">" if op is Op.RMAX else "<"
+    nan = f" || {x} != {x}" if isf else ""
+    return f"if ({x} {cmp} {acc}{nan}) {acc} = {x};"

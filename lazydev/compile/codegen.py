@@ -1,0 +1,288 @@
+"""C code generation: one C function per realized node, fused loop nests, one entry point.
+
+Note [Index expressions]
+A node that is not realized is computed inline wherever it is read. Reading node n at a position
+is `Emitter.load(n, idx)`, where `idx` describes the position in n's own shape either as one
+row-major flat index or as one C expression per dim (each derived from the other on demand).
+Movement ops only rewrite the index (expand zeroes broadcast dims, permute reorders them,
+reshape goes through the flat index, as_strided through strides); elementwise ops load their
+sources at the same index and apply the C expression from cexpr.py. Every loaded value is bound
+to a const temporary, so a value used twice in one loop body is computed once.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..trace.ir import BINARY, UNARY, Node, Op
+from . import cexpr
+from .cbuilder import CBuilder
+from .cexpr import CodegenUnsupported, literal, vtype
+
+PARALLEL_MIN = 32768       # elements (times inner work) below which a loop stays serial
+_DIV_OPS = {Op.FLOORDIV, Op.TRUNCDIV, Op.MOD, Op.FMOD}
+
+
+class Idx:
+    """A position in a tensor of `shape` (Note [Index expressions])."""
+
+    __slots__ = ("shape", "dims", "flat")
+
+    def __init__(self, shape, dims=None, flat=None):
+        self.shape = tuple(shape)
+        self.dims = list(dims) if dims is not None else None
+        self.flat = flat
+
+    def key(self):
+        return ("f", self.flat) if self.flat is not None else ("d", tuple(self.dims))
+
+
+class Emitter:
+    """Emits the body of one kernel."""
+
+    def __init__(self, b: CBuilder, ptrs: dict, realized: set):
+        self.b = b
+        self.ptrs = ptrs            # id(node) -> C pointer expression, for realized nodes
+        self.realized = realized
+        self.decls: dict = {}       # pointer variable -> declaration
+        self.uses_error = False
+
+    # -- indices --------------------------------------------------------------------------------
+    def dim(self, idx: Idx, k: int) -> str:
+        if idx.dims is None:
+            idx.dims = [None] * len(idx.shape)
+        if idx.dims[k] is None:
+            size = idx.shape[k]
+            if size == 1:
+                idx.dims[k] = "0"
+            else:
+                stride = 1
+                for d in idx.shape[k + 1:]:
+                    stride *= d
+                expr = f"({idx.flat})" if stride == 1 else f"({idx.flat} / {stride})"
+                if k > 0:
+                    expr = f"({expr} % {size})"
+                idx.dims[k] = self.b.temp("int64_t", expr, prefix="q")
+        return idx.dims[k]
+
+    def flat(self, idx: Idx) -> str:
+        if idx.flat is None:
+            terms, stride = [], 1
+            for k in reversed(range(len(idx.shape))):
+                if idx.shape[k] != 1:
+                    d = self.dim(idx, k)
+                    if d != "0":
+                        terms.append(d if stride == 1 else f"{d} * {stride}")
+                stride *= idx.shape[k]
+            idx.flat = self.b.temp("int64_t", " + ".join(reversed(terms)) or "0", prefix="f")
+        return idx.flat
+
+    # -- values ---------------------------------------------------------------------------------
+    def ptr(self, n: Node) -> str:
+        name = f"p{abs(id(n)) % 10**9}"
+        if name not in self.decls:
+            ct = cexpr.STORE_TYPE[n.dtype]
+            self.decls[name] = f"{ct}* restrict {name} = ({ct}*)({self.ptrs[id(n)]});"
+        return name
+
+    def load(self, n: Node, idx: Idx) -> str:
+        key = (id(n), idx.key())
+        found = self.b.lookup(key)
+        if found is not None:
+            return found
+        if id(n) in self.ptrs:
+            expr = cexpr.load_expr(n.dtype, f"{self.ptr(n)}[{self.flat(idx) if n.shape else 0}]")
+        else:
+            expr = self.compute(n, idx)
+        return self.b.temp(vtype(n.dtype), expr, key=key)
+
+    def compute(self, n: Node, idx: Idx) -> str:
+        """C expression for n's value at idx, computed here (n itself is not read from memory)."""
+        op = n.op
+        rule = _RULES.get(op)
+        if rule is not None:
+            return rule(self, n, idx)
+        if op in UNARY:
+            x = self.load(n.src[0], idx)
+            return cexpr.round_half(n.dtype, cexpr.unary(op, n.dtype, x, n.src[0].dtype))
+        if op in BINARY:
+            return self._binary(n, idx)
+        raise CodegenUnsupported(f"cannot inline {op.name}")
+
+    def _binary(self, n: Node, idx: Idx) -> str:
+        a = self.load(n.src[0], idx)
+        b = self.load(n.src[1], idx)
+        dt = n.dtype
+        if n.op in _DIV_OPS and not dt.is_floating_point:
+            self.fail_if(f"{b} == 0", 2, "0", "0")
+            b = f"({b} == 0 ? 1 : {b})"
+            return cexpr.int_division(n.op, a, b)
+        if n.op is Op.POW:
+            c = n.src[1]
+            const_exp = c.arg if c.op is Op.CONST and isinstance(c.arg, int) else None
+            return cexpr.round_half(dt, cexpr.pow_expr(dt, a, b, const_exp))
+        return cexpr.round_half(dt, cexpr.binary(n.op, dt, a, b))
+
+    def fail_if(self, cond: str, code: int, a: str, b: str) -> None:
+        self.uses_error = True
+        self.b.line(f"if (__builtin_expect({cond}, 0)) WSE_FAIL({code}, {a}, {b});")
+
+    def checked_index(self, i: str, size: int) -> str:
+        """Wrap a negative index and check bounds (error 1, never an out-of-bounds read)."""
+        j = self.b.temp("int64_t", f"({i} < 0 ? {i} + {size} : {i})", prefix="ix")
+        self.fail_if(f"(uint64_t){j} >= (uint64_t){size}", 1, i, str(size))
+        return self.b.temp("int64_t", f"((uint64_t){j} < (uint64_t){size} ? {j} : 0)", prefix="ix")
+
+
+# ---- inline rules for non-arithmetic ops -------------------------------------------------------
+
+def _leaf_const(e: Emitter, n: Node, idx: Idx) -> str:
+    return literal(n.arg, n.dtype)
+
+
+def _leaf_scalar(e: Emitter, n: Node, idx: Idx) -> str:
+    return f"(({vtype(n.dtype)})sc[{n.arg}])"
+
+
+def _leaf_index(e: Emitter, n: Node, idx: Idx) -> str:
+    return e.dim(idx, n.arg)
+
+
+def _cast(e: Emitter, n: Node, idx: Idx) -> str:
+    s = n.src[0]
+    return cexpr.cast_expr(n.dtype, s.dtype, e.load(s, idx))
+
+
+def _where(e: Emitter, n: Node, idx: Idx) -> str:
+    c, a, b = (e.load(s, idx) for s in n.src)
+    return f"({c} ? {a} : {b})"
+
+
+def _expand(e: Emitter, n: Node, idx: Idx) -> str:
+    s = n.src[0]
+    if s.numel == 1:
+        return e.load(s, Idx(s.shape, flat="0"))
+    dims = ["0" if sd == 1 and nd != 1 else e.dim(idx, k)
+            for k, (sd, nd) in enumerate(zip(s.shape, n.shape))]
+    return e.load(s, Idx(s.shape, dims=dims))
+
+
+def _reshape(e: Emitter, n: Node, idx: Idx) -> str:
+    s = n.src[0]
+    return e.load(s, Idx(s.shape, flat=e.flat(idx) if s.numel > 1 else "0"))
+
+
+def _permute(e: Emitter, n: Node, idx: Idx) -> str:
+    s = n.src[0]
+    dims = [None] * len(s.shape)
+    for k, p in enumerate(n.arg):
+        dims[p] = e.dim(idx, k)
+    return e.load(s, Idx(s.shape, dims=dims))
+
+
+def _as_strided(e: Emitter, n: Node, idx: Idx) -> str:
+    stride, offset = n.arg
+    terms = [str(offset)] if offset else []
+    for k, st in enumerate(stride):
+        if n.shape[k] != 1 and st != 0:
+            d = e.dim(idx, k)
+            terms.append(d if st == 1 else f"{d} * {st}")
+    flat = e.b.temp("int64_t", " + ".join(terms) or "0", prefix="f")
+    s = n.src[0]
+    return e.load(s, Idx(s.shape, flat=flat))
+
+
+def _branch_value(e: Emitter, idx: Idx, ctype: str, cases) -> str:
+    """`cases` = [(condition or None, thunk)]: emit an if/else chain binding one temporary.
+    Every index form of `idx` is bound first: a temporary first named inside a branch would be
+    out of scope for later readers of `idx`."""
+    e.flat(idx)
+    for k in range(len(idx.shape)):
+        e.dim(idx, k)
+    out = e.b.fresh("t")
+    e.b.line(f"{ctype} {out};")
+    for i, (cond, thunk) in enumerate(cases):
+        head = ("if" if i == 0 else "else if") + f" ({cond})" if cond else "else"
+        with e.b.block(head):
+            e.b.line(f"{out} = {thunk()};")
+    return out
+
+
+def _cat(e: Emitter, n: Node, idx: Idx) -> str:
+    dim, d = n.arg, e.dim(idx, n.arg)
+    cases, start = [], 0
+    for i, s in enumerate(n.src):
+        lo, hi = start, start + s.shape[dim]
+        start = hi
+
+        def thunk(s=s, lo=lo):
+            dims = [e.dim(idx, k) if k != dim else (f"({d} - {lo})" if lo else d)
+                    for k in range(len(n.shape))]
+            return e.load(s, Idx(s.shape, dims=dims))
+        cases.append((f"{d} < {hi}" if i < len(n.src) - 1 else None, thunk))
+    return _branch_value(e, idx, vtype(n.dtype), cases)
+
+
+def _pad(e: Emitter, n: Node, idx: Idx) -> str:
+    x, fill = n.src
+    conds, dims = [], []
+    for k, (lo, hi) in enumerate(n.arg):
+        d = e.dim(idx, k)
+        if lo == 0 and hi >= 0:
+            dims.append(d)
+        else:
+            dims.append(f"({d} - ({lo}))")
+        if lo > 0:
+            conds.append(f"{d} >= {lo}")
+        if hi > 0:
+            conds.append(f"{d} < {lo + x.shape[k]}")
+    if not conds:
+        return e.load(x, Idx(x.shape, dims=dims))
+    return _branch_value(e, idx, vtype(n.dtype), [
+        (" && ".join(conds), lambda: e.load(x, Idx(x.shape, dims=dims))),
+        (None, lambda: e.load(fill, Idx((), flat="0")))])
+
+
+def _gather(e: Emitter, n: Node, idx: Idx) -> str:
+    x, index = n.src
+    dim = n.arg
+    i = e.checked_index(e.load(index, idx), x.shape[dim])
+    dims = [i if k == dim else e.dim(idx, k) for k in range(len(x.shape))]
+    return e.load(x, Idx(x.shape, dims=dims))
+
+
+def index_nd_dims(e: Emitter, x: Node, indices, arg, idx: Idx) -> list:
+    """Positions in x read by aten.index-style indexing at output position idx."""
+    first, count, ind_nd, front = arg
+    bstart = 0 if front else first
+    bdims = [e.dim(idx, bstart + k) for k in range(ind_nd)]
+    dims = []
+    out_k = ind_nd if front else 0
+    for k in range(len(x.shape)):
+        if first <= k < first + count:
+            ix = indices[k - first]
+            i = e.load(ix, Idx(ix.shape, dims=bdims))
+            dims.append(e.checked_index(i, x.shape[k]))
+            if not front and k == first:
+                out_k += ind_nd
+        else:
+            dims.append(e.dim(idx, out_k))
+            out_k += 1
+    return dims
+
+
+def _index_nd(e: Emitter, n: Node, idx: Idx) -> str:
+    x = n.src[0]
+    return e.load(x, Idx(x.shape, dims=index_nd_dims(e, x, n.src[1:], n.arg, idx)))
+
+
+_RULES = {
+    Op.CONST: _leaf_const, Op.SCALAR: _leaf_scalar, Op.INDEX: _leaf_index, Op.CAST: _cast,
+    Op.WHERE: _where, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
+    Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
+    Op.INDEX_ND: _index_nd,
+}
+
+
+def check_supported(n: Node) -> None:
+    if n.dtype not in cexpr.SUPPORTED:
+        raise CodegenUnsupported(f"dtype {n.dtype}")

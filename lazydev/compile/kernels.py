@@ -1,0 +1,216 @@
+"""Kernel templates: the loop nest (or library call) that computes one realized node."""
+from __future__ import annotations
+
+import math
+
+from ..trace.ir import REDUCE, Node, Op
+from . import cexpr
+from .cbuilder import CBuilder
+from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
+from .cexpr import vtype
+
+KERNEL_ARGS = ("const wse_lib_t* lib, void* const* bufs, char* arena, "
+               "const double* restrict sc, int64_t* errinfo")
+
+
+def _prod(shape) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def _omp(b: CBuilder, work: int, extra: str = "") -> None:
+    if work >= PARALLEL_MIN:
+        b.line(f"#pragma omp parallel for schedule(static){extra}")
+
+
+def _store(e: Emitter, n: Node, flat: str, value: str) -> None:
+    e.b.line(f"{e.ptr(n)}[{flat}] = {cexpr.store_expr(n.dtype, value)};")
+
+
+def pointwise(e: Emitter, n: Node) -> None:
+    numel = n.numel
+    _omp(e.b, numel)
+    with e.b.block(f"for (int64_t i = 0; i < {numel}; i++)"):
+        _store(e, n, "i", e.compute(n, Idx(n.shape, flat="i")))
+
+
+def _reduce_positions(e: Emitter, n: Node, x: Node, axes, o: str, r: str) -> Idx:
+    """Index into x of reduction step r for output position o."""
+    nd = len(x.shape)
+    red_shape = tuple(x.shape[a] for a in axes)
+    if axes == tuple(range(nd - len(axes), nd)):
+        return Idx(x.shape, flat=f"{o} * {_prod(red_shape)} + {r}" if _prod(red_shape) > 1 else o)
+    oi = Idx(n.shape, flat=o)
+    ri = Idx(red_shape, flat=r)
+    dims = [e.dim(ri, axes.index(k)) if k in axes else e.dim(oi, k) for k in range(nd)]
+    return Idx(x.shape, dims=dims)
+
+
+def reduction(e: Emitter, n: Node) -> None:
+    x = n.src[0]
+    axes = n.arg
+    red = _prod([x.shape[a] for a in axes])
+    out_numel, b = n.numel, e.b
+    acc_t = cexpr.acc_type(n.op, n.dtype)
+    inner_parallel = out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN
+    if not inner_parallel and out_numel > 1:
+        _omp(b, out_numel * red)
+    with b.block(f"for (int64_t o = 0; o < {out_numel}; o++)"):
+        b.line(f"{acc_t} acc = {cexpr.REDUCE_INIT[n.op](n.dtype)};")
+        if inner_parallel:
+            b.line("#pragma omp parallel for schedule(static) reduction(+:acc)")
+        with b.block(f"for (int64_t r = 0; r < {red}; r++)"):
+            v = e.load(x, _reduce_positions(e, n, x, axes, "o", "r"))
+            b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
+        _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+
+
+def argreduction(e: Emitter, n: Node) -> None:
+    x, axis = n.src[0], n.arg
+    size, b = x.shape[axis], e.b
+    vt = vtype(x.dtype)
+    init = cexpr.REDUCE_INIT[Op.RMAX if n.op is Op.ARGMAX else Op.RMIN](x.dtype)
+    cmp = ">" if n.op is Op.ARGMAX else "<"
+    _omp(b, n.numel * size)
+    with b.block(f"for (int64_t o = 0; o < {n.numel}; o++)"):
+        b.line(f"{vt} best = {init}; int64_t bi = 0;")
+        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
+            v = e.load(x, _reduce_positions(e, n, x, (axis,), "o", "r"))
+            nan = f" || {v} != {v}" if x.dtype.is_floating_point else ""
+            b.line(f"if (!(best != best) && ({v} {cmp} best{nan})) {{ best = {v}; bi = r; }}")
+        _store(e, n, "o", "bi")
+
+
+def cumsum(e: Emitter, n: Node) -> None:
+    x, axis, b = n.src[0], n.arg, e.b
+    size = n.shape[axis]
+    outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
+    acc_t = cexpr.acc_type(Op.SUM, n.dtype)
+    _omp(b, n.numel)
+    with b.block(f"for (int64_t o = 0; o < {_prod(outer_shape)}; o++)"):
+        oi = Idx(outer_shape, flat="o")
+        outer = [e.dim(oi, k) for k in range(len(outer_shape))]
+        b.line(f"{acc_t} acc = 0;")
+        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
+            dims = outer[:axis] + ["r"] + outer[axis:]
+            pos = Idx(n.shape, dims=dims)
+            b.line(f"acc += {e.load(x, Idx(x.shape, dims=dims))};")
+            _store(e, n, e.flat(pos), cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+
+
+def _copy_base(e: Emitter, n: Node, base: Node) -> None:
+    _omp(e.b, n.numel)
+    with e.b.block(f"for (int64_t i = 0; i < {n.numel}; i++)"):
+        _store(e, n, "i", e.load(base, Idx(base.shape, flat="i")))
+
+
+def _write(e: Emitter, n: Node, flat: str, value: str, accumulate: bool) -> None:
+    if accumulate:
+        cur = cexpr.load_expr(n.dtype, f"{e.ptr(n)}[{flat}]")
+        value = cexpr.binary(Op.ADD, n.dtype, cur, value)
+    _store(e, n, flat, value)
+
+
+def scatter_strided(e: Emitter, n: Node) -> None:
+    base, value = n.src
+    size, stride, offset = n.arg
+    _copy_base(e, n, base)
+    overlapping = any(s == 0 and d > 1 for s, d in zip(stride, size))
+    if not overlapping:
+        _omp(e.b, _prod(size))
+    with e.b.block(f"for (int64_t j = 0; j < {_prod(size)}; j++)"):
+        vi = Idx(size, flat="j")
+        terms = [str(offset)] + [f"{e.dim(vi, k)} * {s}" for k, s in enumerate(stride)
+                                 if size[k] != 1]
+        _store(e, n, " + ".join(terms), e.load(value, vi))
+
+
+def index_put(e: Emitter, n: Node) -> None:
+    x, v, *indices = n.src
+    first, count, ind_nd, front, accumulate = n.arg
+    _copy_base(e, n, x)
+    if not accumulate:
+        _omp(e.b, v.numel)
+    with e.b.block(f"for (int64_t j = 0; j < {v.numel}; j++)"):
+        vi = Idx(v.shape, flat="j")
+        dims = index_nd_dims(e, x, indices, (first, count, ind_nd, front), vi)
+        target = e.flat(Idx(x.shape, dims=dims))
+        _write(e, n, target, e.load(v, vi), accumulate)
+
+
+def scatter(e: Emitter, n: Node) -> None:
+    x, index, value = n.src
+    dim, reduce = n.arg
+    _copy_base(e, n, x)
+    with e.b.block(f"for (int64_t j = 0; j < {index.numel}; j++)"):
+        ii = Idx(index.shape, flat="j")
+        dims = [e.dim(ii, k) for k in range(len(index.shape))]
+        i = e.checked_index(e.load(index, ii), x.shape[dim])
+        target = e.flat(Idx(x.shape, dims=[i if k == dim else d for k, d in enumerate(dims)]))
+        _write(e, n, target, e.load(value, Idx(value.shape, dims=dims)), reduce == "add")
+
+
+def _gemm_operand(e: Emitter, s: Node):
+    """(pointer, transposed, rows, cols of the stored matrix, batch stride)."""
+    nd = len(s.shape)
+    trans = s.op is Op.PERMUTE and s.arg == tuple(range(nd - 2)) + (nd - 1, nd - 2) \
+        and id(s) not in e.ptrs
+    stored = s.src[0] if trans else s
+    if id(stored) not in e.ptrs:
+        raise CodegenUnsupported("matmul operand was not scheduled into a buffer")
+    r, c = stored.shape[-2], stored.shape[-1]
+    return e.ptr(stored), int(trans), c, r * c
+
+
+def matmul(e: Emitter, n: Node) -> None:
+    a, b = n.src
+    m, k, nn = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = _prod(n.shape[:-2])
+    pa, ta, lda, sa = _gemm_operand(e, a)
+    pb, tb, ldb, sb = _gemm_operand(e, b)
+    sa, sb = (sa if _prod(a.shape[:-2]) > 1 else 0), (sb if _prod(b.shape[:-2]) > 1 else 0)
+    out = e.ptr(n)
+    fn = "gemm_f64" if n.dtype.itemsize == 8 else "gemm_f32"
+    if k == 0:
+        e.b.line(f"memset({out}, 0, sizeof(*{out}) * {n.numel});")
+    elif n.numel:
+        e.b.line(f"lib->{fn}({batch}, {ta}, {tb}, {m}, {nn}, {k}, 1, {pa}, {lda}, {sa}, "
+                 f"{pb}, {ldb}, {sb}, 0, {out}, {nn}, {m * nn});")
+
+
+def conv(e: Emitter, n: Node) -> None:
+    first, second = n.src
+    sh, sw, ph, pw, dh, dw, groups = n.arg
+    if n.op is Op.CONV2D:
+        x, w, y = first, second, n
+    elif n.op is Op.CONV2D_BWD_INPUT:
+        y, w, x = first, second, n
+    else:
+        y, x, w = first, second, n
+    dims = list(x.shape) + [w.shape[0], w.shape[2], w.shape[3], sh, sw, ph, pw, dh, dw, groups,
+                            y.shape[2], y.shape[3]]
+    fn = {Op.CONV2D: "conv2d_f32", Op.CONV2D_BWD_INPUT: "conv2d_bwd_input_f32",
+          Op.CONV2D_BWD_WEIGHT: "conv2d_bwd_weight_f32"}[n.op]
+    e.b.line(f"static const int64_t cp[16] = {{{', '.join(map(str, dims))}}};")
+    if n.numel:
+        e.b.line(f"lib->{fn}({e.ptr(first)}, {e.ptr(second)}, {e.ptr(n)}, cp);")
+
+
+TEMPLATES = {
+    Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: cumsum,
+    Op.SCATTER_STRIDED: scatter_strided, Op.INDEX_PUT: index_put, Op.SCATTER: scatter,
+    Op.MATMUL: matmul, Op.CONV2D: conv, Op.CONV2D_BWD_INPUT: conv, Op.CONV2D_BWD_WEIGHT: conv,
+}
+
+
+def emit_kernel(name: str, n: Node, ptrs: dict, realized: set) -> str:
+    """The C function `name` that computes realized node `n` into its buffer."""
+    body = CBuilder()
+    body._indent = 1
+    e = Emitter(body, ptrs, realized)
+    template = TEMPLATES.get(n.op) or (reduction if n.op in REDUCE else pointwise)
+    template(e, n)
+    lines = [f"static int {name}({KERNEL_ARGS}) {{", "  int err = 0; (void)err;"]
+    lines += ["  " + d for d in e.decls.values()]
+    lines += body.lines
+    lines += ["  return err;", "}", ""]
+    return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""Graph passes run on a cache miss: canonicalise, then schedule (choose what is materialised).
+
+Each pass is a small named function; `pipeline` in compile/__init__.py runs them in order.
+"""
+from __future__ import annotations
+
+import os
+
+from ..trace.build import contiguous_strides
+from ..trace.ir import ELEMENTWISE, LEAF, LIBRARY, MOVEMENT, REDUCE, SCATTERS, Node, Op, toposort
+
+
+class IRCheckError(AssertionError):
+    pass
+
+
+def check(nodes: list[Node], stage: str) -> None:
+    """With LAZYDEV_CHECK=1, verify basic IR invariants after each pass."""
+    if os.environ.get("LAZYDEV_CHECK") != "1":
+        return
+    for n in nodes:
+        if n.op in ELEMENTWISE:
+            for s in n.src:
+                if s.shape != n.shape:
+                    raise IRCheckError(f"after {stage}: {n} has source of shape {s.shape}")
+        if n.op is Op.RESHAPE and n.src[0].numel != n.numel:
+            raise IRCheckError(f"after {stage}: reshape changes numel: {n}")
+        if n.op is Op.EXPAND and len(n.src[0].shape) != len(n.shape):
+            raise IRCheckError(f"after {stage}: expand changes rank: {n}")
+
+
+# ---- canonicalise -----------------------------------------------------------------------------
+
+def _permutation_of_contiguous(shape, stride):
+    """If `stride` is a permutation of the contiguous strides of some permuted shape, return
+    (permuted_shape, perm) such that as_strided == permute(reshape(src, permuted_shape), perm)."""
+    dims = [i for i in range(len(shape))]
+    order = sorted(dims, key=lambda i: (-stride[i], -shape[i]))
+    pshape = tuple(shape[i] for i in order)
+    if tuple(stride[i] for i in order) != contiguous_strides(pshape):
+        for i in order:      # size-1 dims may carry any stride
+            if shape[i] != 1 and stride[i] != contiguous_strides(pshape)[order.index(i)]:
+                return None
+    perm = tuple(order.index(i) for i in dims)
+    return pshape, perm
+
+
+def _canon_node(n: Node, src: tuple) -> Node:
+    op = n.op
+    if op is Op.RESHAPE:
+        (x,) = src
+        if x.shape == n.shape:
+            return x
+        if x.op is Op.RESHAPE:
+            x = x.src[0]
+            if x.shape == n.shape:
+                return x
+        if x.op is Op.DATA:         # a buffer is flat: any shape of the same numel reads it
+            return Node(Op.DATA, x.dtype, n.shape, (), x.arg)
+        return Node(op, n.dtype, n.shape, (x,), n.arg)
+    if op is Op.EXPAND and src[0].shape == n.shape:
+        return src[0]
+    if op is Op.CAST and src[0].dtype == n.dtype:
+        return src[0]
+    if op is Op.PERMUTE and n.arg == tuple(range(len(n.arg))):
+        return src[0]
+    if op is Op.AS_STRIDED:
+        return _canon_as_strided(n, src[0])
+    return n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+
+
+def _canon_as_strided(n: Node, x: Node) -> Node:
+    stride, offset = n.arg
+    if offset == 0 and n.numel == x.numel and n.numel > 0:
+        if stride == contiguous_strides(n.shape) or all(
+                s == c or d == 1 for s, c, d in zip(stride, contiguous_strides(n.shape), n.shape)):
+            return _canon_node(Node(Op.RESHAPE, n.dtype, n.shape, (x,)), (x,))
+        found = _permutation_of_contiguous(n.shape, stride)
+        if found is not None:
+            pshape, perm = found
+            inner = _canon_node(Node(Op.RESHAPE, n.dtype, pshape, (x,)), (x,))
+            return Node(Op.PERMUTE, n.dtype, n.shape, (inner,), perm)
+    return Node(Op.AS_STRIDED, n.dtype, n.shape, (x,), n.arg)
+
+
+def canonicalise(outputs: list[Node]) -> list[Node]:
+    """Fold no-op movement, fold reshape chains, turn simple as_strided into reshape/permute, and
+    merge structurally equal nodes (CSE by key)."""
+    by_key: dict = {}
+    new_of: dict = {}
+    for n in toposort(outputs):
+        src = tuple(new_of[id(s)] for s in n.src)
+        m = _canon_node(n, src)
+        m = by_key.setdefault(m.key, m)
+        new_of[id(n)] = m
+    return [new_of[id(o)] for o in outputs]
+
+
+# ---- schedule ---------------------------------------------------------------------------------
+
+def _cheap(n: Node, realized: set) -> bool:
+    """Cheap to recompute at every use: leaves and movement/casts of leaves or buffers."""
+    while True:
+        if n.op in LEAF or id(n) in realized:
+            return True
+        if n.op in (Op.EXPAND, Op.RESHAPE, Op.PERMUTE, Op.CAST, Op.AS_STRIDED):
+            n = n.src[0]
+            continue
+        return False
+
+
+def _matmul_operand(s: Node) -> Node:
+    """The node a GEMM operand must have in a buffer (a transposed view reads the buffer
+    with the BLAS transpose flag instead of copying)."""
+    nd = len(s.shape)
+    if s.op is Op.PERMUTE and s.arg == tuple(range(nd - 2)) + (nd - 1, nd - 2):
+        return s.src[0]
+    return s
+
+
+def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
+    """Topological order and the set (of ids) of nodes that get their own buffer. The rest are
+    computed inline, fused into the loop nest of the realized node that uses them."""
+    order = toposort(outputs)
+    realized = {id(o) for o in outputs if o.op is not Op.DATA}
+    uses: dict = {}
+    for n in order:
+        if n.op in REDUCE or n.op in LIBRARY or n.op in SCATTERS:
+            realized.add(id(n))
+        if n.op in LIBRARY:
+            for s in n.src:
+                realized.add(id(_matmul_operand(s) if n.op is Op.MATMUL else s))
+        for s in n.src:
+            uses[id(s)] = uses.get(id(s), 0) + 1
+    for n in reversed(order):                 # consumers before producers
+        if n.op is Op.EXPAND and n.numel > n.src[0].numel and not _cheap(n.src[0], realized):
+            realized.add(id(n.src[0]))        # broadcasting an expensive value: compute it once
+        if n.op in (Op.GATHER, Op.INDEX_ND) and not _cheap(n.src[0], realized):
+            realized.add(id(n.src[0]))        # random access into an expensive value
+    for n in order:
+        if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
+            realized.add(id(n))               # shared by several consumers: compute it once
+    for n in order:
+        if n.op is Op.DATA:
+            realized.discard(id(n))
+    return order, realized

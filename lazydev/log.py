@@ -1,0 +1,39 @@
+"""rich-formatted logs, off unless a channel is enabled (lazydev.config / LAZYDEV_LOG)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from .config import config
+
+_console = None
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIP = (_PKG_DIR, os.path.dirname(os.path.abspath(__import__("torch").__file__)))
+
+
+def console():
+    global _console
+    if _console is None:
+        from rich.console import Console
+        _console = Console(stderr=True)
+    return _console
+
+
+def enabled(channel: str) -> bool:
+    return config.logs(channel)
+
+
+def emit(channel: str, message) -> None:
+    if config.logs(channel):
+        console().print(f"[bold cyan]lazydev[/] [magenta]{channel}[/] ", message, sep="")
+
+
+def user_frame() -> str:
+    """file:line of the innermost frame outside lazydev and torch (the user's source line)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP) and not fn.startswith("<frozen"):
+            return f"{os.path.relpath(fn) if not fn.startswith('<') else fn}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"

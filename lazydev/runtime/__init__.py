@@ -1,0 +1,21 @@
+"""lazydev.runtime: device memory and compiled-program execution for "wse".
+
+Re-exports lazydev.runtime.device, the only module that talks to the C
+runtime (`_lazydev_wse`).
+"""
+
+from .device import (
+    Buffer,
+    DeviceOutOfMemoryError,
+    Program,
+    blas_library_path,
+    memory_stats,
+    prefix_source,
+    reset_peak,
+    set_capacity,
+)
+
+__all__ = [
+    "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "memory_stats",
+    "prefix_source", "reset_peak", "set_capacity",
+]

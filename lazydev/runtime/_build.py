@@ -1,0 +1,78 @@
+"""cffi builder for the `_lazydev_wse` extension (run by setup.py's cffi_modules).
+
+The extension is a top-level module, not `lazydev._lazydev_wse`: when tests run
+from the source tree, `lazydev` resolves to the (extension-less) source package,
+while a top-level name is still found in site-packages.
+
+OpenBLAS is deliberately not linked here: pip builds in an isolated env, so a
+link-time path/rpath into it would dangle after install.  The runtime dlopen()s
+it instead (`wse_blas_load`), with the path found by lazydev.runtime.device.
+"""
+
+import os
+
+import cffi
+
+# cffi exec()s this file with a __file__ relative to setup.py's directory;
+# setuptools wants relative source paths, so keep everything relative to cwd.
+_ROOT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+_CSRC = os.path.join(_ROOT, "csrc")
+
+CDEF = """
+void*   wse_malloc(int64_t nbytes);
+void    wse_free(void* p);
+void    wse_memcpy(void* dst, const void* src, int64_t n);
+int64_t wse_bytes_in_use(void);
+int64_t wse_peak_bytes(void);
+void    wse_reset_peak(void);
+int64_t wse_capacity(void);
+void    wse_set_capacity(int64_t nbytes);
+int64_t wse_num_buffers(void);
+void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
+int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo);
+int     wse_blas_load(const char* path);
+const char* wse_prefix_source(void);
+"""
+
+
+def c_string_literal(text: str) -> str:
+    """Encode text as a C string literal, one source line per text line so the
+    generated wrapper stays readable and no single literal line is huge."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        esc = line.replace("\\", "\\\\").replace('"', '\\"')
+        esc = esc.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        # Break "??x" trigraph sequences, harmless under gnu C but cheap to avoid.
+        esc = esc.replace("??", '?""?')
+        out.append('"' + esc + '"')
+    return "\n".join(out) if out else '""'
+
+
+def _read_prefix() -> str:
+    with open(os.path.join(_CSRC, "wse_prefix.h"), encoding="utf-8") as f:
+        return f.read()
+
+
+SOURCE = """
+#include "wse_runtime.h"
+
+static const char wse_prefix_text[] =
+%s;
+
+const char* wse_prefix_source(void) { return wse_prefix_text; }
+""" % c_string_literal(_read_prefix())
+
+ffibuilder = cffi.FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "_lazydev_wse",
+    SOURCE,
+    sources=[os.path.join(_CSRC, "wse_runtime.c"), os.path.join(_CSRC, "wse_kernels.c")],
+    include_dirs=[_CSRC],
+    depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h")],
+    extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=gnu11"],
+    extra_link_args=["-fopenmp", "-ldl"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,266 @@
+"""The only Python module that touches cffi / the `_lazydev_wse` C runtime.
+
+Everything above this layer deals in `Buffer` and `Program` objects; nothing
+else should import `_lazydev_wse` so that the C boundary stays in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+
+import numpy as np
+import torch
+
+try:
+    import _lazydev_wse
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "the lazydev C runtime is not built: run `pip install .` in the repository"
+    ) from exc
+
+ffi = _lazydev_wse.ffi
+lib = _lazydev_wse.lib
+
+__all__ = [
+    "DeviceOutOfMemoryError", "Buffer", "Program", "memory_stats", "set_capacity",
+    "reset_peak", "prefix_source", "blas_library_path",
+]
+
+_ERRBUF_LEN = 4096
+
+
+def _find_blas() -> str:
+    try:
+        import scipy_openblas32
+    except ImportError as exc:
+        raise ImportError(
+            "lazydev needs OpenBLAS for the wse device: `pip install scipy-openblas32`"
+        ) from exc
+    return os.path.join(scipy_openblas32.get_lib_dir(), "libscipy_openblas.so")
+
+
+def _load_blas() -> str:
+    # Loaded at import (not at build) time: see lazydev/runtime/_build.py.
+    path = _find_blas()
+    rc = lib.wse_blas_load(os.fsencode(path))
+    if rc != 0:
+        why = "cannot be loaded" if rc == 1 else "lacks scipy_cblas_sgemm/dgemm"
+        raise ImportError(
+            f"OpenBLAS library {path} {why}; reinstall it with `pip install scipy-openblas32`"
+        )
+    return path
+
+
+blas_library_path = _load_blas()
+
+
+class DeviceOutOfMemoryError(RuntimeError):
+    """Raised when a wse allocation would exceed the device capacity."""
+
+
+def _fmt_bytes(n: int) -> str:
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    # Exact count too: users compare it against LAZYDEV_DEVICE_MEMORY (bytes).
+    return f"{n} bytes" if unit == "B" else f"{value:.2f} {unit} ({n} bytes)"
+
+
+def _oom_error(nbytes: int) -> DeviceOutOfMemoryError:
+    in_use, cap = lib.wse_bytes_in_use(), lib.wse_capacity()
+    if in_use + nbytes <= cap:
+        what = "the host allocator failed (the machine itself is out of memory)"
+    else:
+        what = (f"{_fmt_bytes(in_use)} already in use in {lib.wse_num_buffers()} buffers, "
+                f"capacity {_fmt_bytes(cap)}")
+    return DeviceOutOfMemoryError(
+        f"wse device out of memory: tried to allocate {_fmt_bytes(nbytes)}; {what}. "
+        "Free wse tensors or raise the capacity with lazydev.runtime.set_capacity(...) "
+        "/ LAZYDEV_DEVICE_MEMORY."
+    )
+
+
+def _malloc(nbytes: int):
+    p = lib.wse_malloc(nbytes)
+    if p == ffi.NULL:
+        # Dead tensors caught in reference cycles may still pin buffers; one
+        # full collection is cheap next to failing the user's computation.
+        gc.collect()
+        p = lib.wse_malloc(nbytes)
+        if p == ffi.NULL:
+            raise _oom_error(nbytes)
+    # size= tells Python's GC about the memory pressure of large buffers.
+    return ffi.gc(p, lib.wse_free, size=nbytes)
+
+
+def _host_ptr(t: torch.Tensor):
+    return ffi.cast("void*", t.data_ptr())
+
+
+def _as_cpu_contiguous(t: torch.Tensor) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"expected a CPU tensor, got one on {t.device}")
+    # resolve_conj/neg: lazy conj/neg bits would otherwise be copied unapplied.
+    return t.detach().resolve_conj().resolve_neg().contiguous()
+
+
+def _tensor_nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Buffer:
+    """One device allocation, freed when garbage-collected (or by `free()`)."""
+
+    __slots__ = ("nbytes", "ptr", "__weakref__")
+
+    def __init__(self, nbytes: int):
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"Buffer size must be >= 0, got {nbytes}")
+        self.nbytes = nbytes
+        self.ptr = _malloc(nbytes)  # wse_malloc(0) returns a unique valid pointer
+
+    @property
+    def addr(self) -> int:
+        return int(ffi.cast("uintptr_t", self.ptr))
+
+    def __repr__(self) -> str:
+        return f"Buffer(nbytes={self.nbytes}, addr=0x{self.addr:x})"
+
+    def free(self) -> None:
+        """Release the allocation now instead of at garbage collection.
+        Any numpy_view of this buffer dangles afterwards."""
+        if self.ptr is not None:
+            ffi.release(self.ptr)
+            self.ptr = None
+
+    def _live_ptr(self):
+        if self.ptr is None:
+            raise RuntimeError("use of a freed wse Buffer")
+        return self.ptr
+
+    @staticmethod
+    def from_tensor(t: torch.Tensor) -> "Buffer":
+        """Copy a CPU tensor (any strides/dtype) into a new buffer, contiguous."""
+        src = _as_cpu_contiguous(t)
+        buf = Buffer(_tensor_nbytes(src))
+        if buf.nbytes:
+            lib.wse_memcpy(buf.ptr, _host_ptr(src), buf.nbytes)
+        return buf
+
+    def write(self, t: torch.Tensor) -> None:
+        """Copy a CPU tensor's bytes in; its byte size must equal `nbytes`."""
+        src = _as_cpu_contiguous(t)
+        n = _tensor_nbytes(src)
+        if n != self.nbytes:
+            raise ValueError(f"Buffer.write: tensor has {n} bytes, buffer has {self.nbytes}")
+        if n:
+            lib.wse_memcpy(self._live_ptr(), _host_ptr(src), n)
+
+    def to_tensor(self, dtype: torch.dtype, shape) -> torch.Tensor:
+        """A new CPU tensor holding a copy of the first numel*itemsize bytes."""
+        out = torch.empty(tuple(shape), dtype=dtype)
+        n = _tensor_nbytes(out)
+        if n > self.nbytes:
+            raise ValueError(
+                f"Buffer.to_tensor: {tuple(shape)} {dtype} needs {n} bytes, buffer has {self.nbytes}")
+        if n:
+            lib.wse_memcpy(_host_ptr(out), self._live_ptr(), n)
+        return out
+
+    def numpy_view(self, dtype, count: int) -> np.ndarray:
+        """Zero-copy numpy view of the first `count` elements (tests/debug)."""
+        dtype = np.dtype(dtype)
+        if count * dtype.itemsize > self.nbytes:
+            raise ValueError(f"numpy_view: {count} x {dtype} exceeds {self.nbytes} bytes")
+        # The cffi buffer keeps self.ptr (and so the allocation) alive.
+        raw = ffi.buffer(self._live_ptr(), max(self.nbytes, 0))
+        return np.frombuffer(raw, dtype=dtype, count=count)
+
+
+def memory_stats() -> dict:
+    return {
+        "bytes_in_use": lib.wse_bytes_in_use(),
+        "peak_bytes": lib.wse_peak_bytes(),
+        "capacity": lib.wse_capacity(),
+        "num_buffers": lib.wse_num_buffers(),
+    }
+
+
+def set_capacity(nbytes: int) -> None:
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"capacity must be >= 0, got {nbytes}")
+    lib.wse_set_capacity(nbytes)
+
+
+def reset_peak() -> None:
+    lib.wse_reset_peak()
+
+
+@functools.lru_cache(maxsize=None)
+def prefix_source() -> str:
+    """Text of csrc/wse_prefix.h as embedded at build time."""
+    return ffi.string(lib.wse_prefix_source()).decode("utf-8")
+
+
+def _check_env_capacity() -> None:
+    # The C side falls back to 16 GiB on a malformed value; say so here.
+    raw = os.environ.get("LAZYDEV_DEVICE_MEMORY")
+    if not raw:
+        return
+    try:
+        ok = int(raw) == lib.wse_capacity()
+    except ValueError:
+        ok = False
+    if not ok:
+        import warnings
+        warnings.warn(f"LAZYDEV_DEVICE_MEMORY={raw!r} is not a byte count; "
+                      f"using a capacity of {lib.wse_capacity()} bytes", RuntimeWarning)
+
+
+_check_env_capacity()
+
+
+class Program:
+    """A compiled generated program (.so exporting `wse_entry`)."""
+
+    def __init__(self, so_path: str):
+        self.path = os.fspath(so_path)
+        errbuf = ffi.new("char[]", _ERRBUF_LEN)
+        entry = lib.wse_program_load(os.fsencode(self.path), errbuf, _ERRBUF_LEN)
+        if entry == ffi.NULL:
+            msg = ffi.string(errbuf).decode("utf-8", "replace")
+            raise RuntimeError(f"could not load wse program: {msg}")
+        self._entry = entry
+
+    def __repr__(self) -> str:
+        return f"Program({self.path!r})"
+
+    def run(self, buffers, scalars=()) -> None:
+        """Run with the given Buffers (as bufs[i]) and scalars (as doubles).
+        cffi releases the GIL for the duration of the C call."""
+        ptrs = [b._live_ptr() for b in buffers]
+        vals = [float(s) for s in scalars]
+        # Never pass NULL arrays: a program may read bufs[0] unconditionally.
+        bufs = ffi.new("void*[]", ptrs or [ffi.NULL])
+        sc = ffi.new("double[]", vals or [0.0])
+        err = ffi.new("int64_t[4]")
+        rc = lib.wse_program_run(self._entry, bufs, sc, err)
+        if rc != 0:
+            raise _program_error(rc, err)
+
+
+def _program_error(rc: int, err) -> Exception:
+    if rc == 1:
+        return IndexError(f"index {err[0]} is out of bounds for dimension with size {err[1]}")
+    if rc == 2:
+        return RuntimeError("ZeroDivisionError: integer division by zero on the wse device")
+    return RuntimeError(
+        f"wse program failed with error code {rc} (errinfo={[err[i] for i in range(4)]})")

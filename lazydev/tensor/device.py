@@ -1,0 +1,89 @@
+"""Registers the "wse" device with PyTorch (PrivateUse1, renamed) and its factory kernels."""
+from __future__ import annotations
+
+import torch
+
+from ..trace import build
+from ..trace.state import Storage
+
+
+class _WseModule:
+    """`torch.wse`: what PyTorch and users ask a device module for."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        # wse random numbers come from the CPU generator (tensor/special.py), which
+        # torch.manual_seed already seeds.
+        pass
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        from .. import wait
+        wait()
+
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.float16, torch.bfloat16]
+
+
+def _numel(size) -> int:
+    n = 1
+    for d in size:
+        n *= d
+    return n
+
+
+def empty_tensor(size, dtype):
+    """A new tensor. Its contents are unspecified in PyTorch; here they are lazily zero, so an
+    uninitialised read is deterministic and costs nothing until something reads it."""
+    dtype = dtype or torch.get_default_dtype()
+    size = tuple(size)
+    numel = _numel(size)
+    storage = Storage(numel, dtype, node=build.full(0, dtype, (numel,)))
+    from .wse_tensor import WseTensor     # after register(): it names the "wse" device
+    return WseTensor(storage, size)
+
+
+def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
+                         memory_format=None):
+    return empty_tensor(size, dtype)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    # Storage is always dense row-major on wse: strides requested here describe a fresh
+    # allocation, and a contiguous one holds the same values.
+    return empty_tensor(size, dtype)
+
+
+_lib = None
+
+
+def register() -> None:
+    global _lib
+    if _lib is not None:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    _setup_privateuseone_for_python_backend("wse", backend_module=_WseModule())
+    _lib = torch.library.Library("aten", "IMPL")
+    _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
+    _lib.impl("empty_strided", _empty_strided, "PrivateUse1")

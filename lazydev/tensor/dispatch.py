@@ -1,0 +1,272 @@
+"""__torch_dispatch__: every aten op on wse tensors comes here and is recorded, not run.
+
+How an op is handled is decided once per OpOverload (`_choose`) and cached in `_HANDLERS`:
+  special handlers (transfers, item, RNG, factories) -> views (generic, via meta strides) ->
+  in-place (functional variant + write back) -> lowering table (trace/lower.py) ->
+  torch._decomp decomposition -> CompositeImplicit decomposition -> CPU fallback.
+"""
+from __future__ import annotations
+
+import torch
+from torch._decomp import decomposition_table
+
+from .. import log, metrics
+from ..trace import build, meta, sync
+from ..trace.build import Unsupported
+from ..trace.ir import Node
+from ..trace.lower import LOWERINGS
+from ..trace.state import current
+from .wse_tensor import WseTensor, from_node, to_cpu, value, write
+
+aten = torch.ops.aten
+_HANDLERS: dict = {}
+SPECIAL: dict = {}      # filled by tensor/special.py
+
+
+class DeviceMismatch(RuntimeError):
+    pass
+
+
+def dispatch(func, args, kwargs):
+    handler = _HANDLERS.get(func)
+    if handler is None:
+        handler = _HANDLERS[func] = _choose(func)
+    current().nodes += 1
+    return handler(func, args, kwargs)
+
+
+def _choose(func):
+    if func in SPECIAL:
+        return SPECIAL[func]
+    if torch.Tag.inplace_view in func.tags:
+        return inplace_view_op
+    if func.is_view:
+        return view_op
+    schema = func._schema
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        if any(a.kwarg_only and a.name.startswith("out") for a in schema.arguments):
+            return fallback_op
+        if functional_variant(func) is not None:
+            return inplace_op
+        return fallback_op
+    if func in LOWERINGS:
+        return lowered_op
+    if func.name().startswith("aten::_foreach_"):
+        return foreach_op
+    if func in decomposition_table:
+        return decomposed_op
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return composite_op
+    return fallback_op
+
+
+# ---- arguments --------------------------------------------------------------------------------
+
+def _node_args(a, allow_cpu=False):
+    """wse tensors -> value nodes; 0-dim CPU tensors -> runtime scalars; lists recursively."""
+    if isinstance(a, WseTensor):
+        return value(a)
+    if isinstance(a, torch.Tensor):
+        if a.dim() == 0 and a.dtype.is_floating_point:
+            return build.cast(build.scalar(a.item()), a.dtype)
+        if a.dim() == 0 or allow_cpu:
+            if a.dim() == 0 and a.dtype != torch.int64:
+                return build.const(a.item(), a.dtype)
+            return value(_upload(a))
+        raise DeviceMismatch(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            "wse:0 and cpu! (move the CPU tensor with .to('wse'))")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_node_args(x, allow_cpu) for x in a)
+    return a
+
+
+def _upload(cpu: torch.Tensor) -> WseTensor:
+    from .wse_tensor import from_cpu
+    return from_cpu(cpu.detach().contiguous())
+
+
+def _wrap(out):
+    if isinstance(out, Node):
+        return from_node(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_wrap(o) for o in out)
+    return out
+
+
+# ---- handlers ---------------------------------------------------------------------------------
+
+def lowered_op(func, args, kwargs):
+    try:
+        spec = meta.infer(func, args, kwargs)
+    except meta.MetaUnsupported as e:
+        return fallback_op(func, args, kwargs, why=f"no meta kernel: {e}")
+    allow_cpu = func in _CPU_INDEX_OK
+    try:
+        nargs = _node_args(args, allow_cpu)
+        nkwargs = {k: _node_args(v, allow_cpu) for k, v in kwargs.items()}
+        out = LOWERINGS[func](spec, *nargs, **nkwargs)
+    except Unsupported as e:
+        if func in decomposition_table:
+            return decomposed_op(func, args, kwargs)
+        return fallback_op(func, args, kwargs, why=str(e))
+    return _wrap(out)
+
+
+_CPU_INDEX_OK = frozenset({aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
+                           aten._unsafe_index_put.default})
+
+
+def decomposed_op(func, args, kwargs):
+    return decomposition_table[func](*args, **kwargs)
+
+
+def composite_op(func, args, kwargs):
+    out = func.decompose(*args, **kwargs)
+    if out is NotImplemented:
+        return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
+    return out
+
+
+def view_op(func, args, kwargs):
+    try:
+        spec = meta.infer(func, args, kwargs)
+    except meta.MetaUnsupported as e:
+        return fallback_op(func, args, kwargs, why=str(e))
+    base = next(a for a in args if isinstance(a, WseTensor))
+
+    def make(s):
+        if s.dtype != base.dtype:
+            raise NotImplementedError(
+                f"{func}: a wse view with another dtype ({s.dtype} of {base.dtype}) is not "
+                "supported; use .to(dtype) to convert instead")
+        return WseTensor(base._st, s.shape, s.stride, s.offset)
+    if isinstance(spec, tuple):
+        return type(spec)(make(s) for s in spec)
+    return make(spec)
+
+
+def inplace_view_op(func, args, kwargs):
+    spec = meta.infer(func, args, kwargs)
+    t = args[0]
+    from torch.utils._mode_utils import no_dispatch
+    with no_dispatch():
+        aten.as_strided_.default(t, spec.shape, spec.stride, spec.offset)
+    t._set_meta(spec.shape, spec.stride, spec.offset)
+    return t
+
+
+_functional_cache: dict = {}
+
+
+def functional_variant(func):
+    """add_.Tensor -> add.Tensor; None when there is none."""
+    if func in _functional_cache:
+        return _functional_cache[func]
+    name = func._schema.name.split("::")[1]
+    found = None
+    if name.endswith("_"):
+        packet = getattr(aten, name[:-1], None)
+        if packet is not None:
+            found = getattr(packet, func._overloadname, None)
+    _functional_cache[func] = found
+    return found
+
+
+def _mutated_positions(func):
+    return [i for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]
+
+
+def inplace_op(func, args, kwargs):
+    fn = functional_variant(func)
+    result = dispatch(fn, args, kwargs)
+    positions = _mutated_positions(func)
+    results = result if isinstance(result, (list, tuple)) else (result,)
+    for pos, res in zip(positions, results):
+        target = args[pos] if pos < len(args) else kwargs[func._schema.arguments[pos].name]
+        _write_back(target, res)
+    first = args[positions[0]]
+    return first
+
+
+def _write_back(target, res):
+    if isinstance(target, (list, tuple)):
+        for t, r in zip(target, res):
+            _write_back(t, r)
+        return
+    if not isinstance(target, WseTensor):
+        raise DeviceMismatch(f"cannot write a wse result into a {target.device} tensor in place")
+    write(target, value(res) if isinstance(res, WseTensor) else _node_args(res))
+
+
+def foreach_op(func, args, kwargs):
+    """_foreach_X(lists...) -> [X(elements...)], recorded per element."""
+    name = func._schema.name.split("::")[1][len("_foreach_"):]
+    per = getattr(torch, name, None) or getattr(torch.linalg, "vector_" + name, None)
+    if name == "norm":
+        per = torch.linalg.vector_norm
+    if per is None:
+        return fallback_op(func, args, kwargs, why="no per-element op")
+    n = len(next(a for a in args if isinstance(a, (list, tuple))))
+
+    def pick(a, i):
+        return a[i] if isinstance(a, (list, tuple)) else a
+    out = []
+    for i in range(n):
+        elem_args = [pick(a, i) for a in args]
+        elem_kw = {k: pick(v, i) for k, v in kwargs.items()}
+        if isinstance(elem_args[-1], torch.Tensor) and elem_args[-1].device.type == "cpu" \
+                and elem_args[-1].dim() == 0 and name in ("addcdiv", "addcmul"):
+            elem_kw["value"] = elem_args.pop().item()
+        out.append(per(*elem_args, **elem_kw))
+    return out
+
+
+def fallback_op(func, args, kwargs, why="no lowering"):
+    """Run on the CPU: materialise the inputs, run PyTorch's CPU kernel, upload the outputs."""
+    name = str(func)
+    metrics.fallback(name)
+    log.emit("fallback", f"{name} runs on the CPU ({why}) at [green]{log.user_frame()}[/]")
+    sync.sync(f"fallback:{name}")
+    cpu_args = _to_cpu_args(args)
+    cpu_kwargs = {k: _to_cpu_args(v) for k, v in kwargs.items()}
+    if isinstance(cpu_kwargs.get("device"), torch.device) or cpu_kwargs.get("device") == "wse":
+        cpu_kwargs["device"] = torch.device("cpu")
+    out = func(*cpu_args, **cpu_kwargs)
+    for pos in _mutated_positions(func):
+        name_ = func._schema.arguments[pos].name
+        src = cpu_args[pos] if pos < len(cpu_args) else cpu_kwargs.get(name_)
+        dst = args[pos] if pos < len(args) else kwargs.get(name_)
+        _copy_back(dst, src)
+    if _mutated_positions(func) and func._schema.returns and \
+            func._schema.returns[0].alias_info is not None:
+        pos = _mutated_positions(func)[0]
+        return args[pos] if pos < len(args) else kwargs[func._schema.arguments[pos].name]
+    return _upload_out(out)
+
+
+def _copy_back(dst, src):
+    if isinstance(dst, (list, tuple)):
+        for d, s in zip(dst, src):
+            _copy_back(d, s)
+    elif isinstance(dst, WseTensor):
+        write(dst, value(_upload(src)))
+
+
+def _to_cpu_args(a):
+    if isinstance(a, WseTensor):
+        return to_cpu(a, reason="fallback")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_to_cpu_args(x) for x in a)
+    if isinstance(a, torch.device) and a.type == "wse":
+        return torch.device("cpu")
+    return a
+
+
+def _upload_out(out):
+    if isinstance(out, torch.Tensor):
+        return _upload(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_upload_out(o) for o in out)
+    return out

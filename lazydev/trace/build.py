@@ -1,0 +1,93 @@
+"""Small constructors for IR nodes, used by the lowerings (trace/lower.py) and by tensor/."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .ir import Node, Op
+from .state import reshape, scalar
+
+__all__ = ["const", "cast", "expand", "ew", "as_node", "permute", "reduce", "reshape", "scalar",
+           "full", "contiguous_strides", "Unsupported"]
+
+
+class Unsupported(Exception):
+    """A lowering cannot handle these arguments: the op falls back to the CPU."""
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def const(value, dtype: torch.dtype) -> Node:
+    """A compile-time constant. Only for values that fix program structure or never change
+    (ints, bools, infinities); floats from user code go through `scalar` instead."""
+    if dtype.is_floating_point:
+        value = float(value)
+    elif dtype is torch.bool:
+        value = bool(value)
+    else:
+        value = int(value)
+    return Node(Op.CONST, dtype, (), (), value)
+
+
+def as_node(v, dtype: torch.dtype) -> Node:
+    """A Python number (or a node) as a 0-dim node of `dtype`."""
+    if isinstance(v, Node):
+        return cast(v, dtype)
+    if isinstance(v, float) and math.isfinite(v):
+        return cast(scalar(v), dtype)
+    if isinstance(v, complex):
+        raise Unsupported("complex scalars are not supported on wse")
+    return const(v, dtype)
+
+
+def cast(n: Node, dtype: torch.dtype) -> Node:
+    if n.dtype == dtype:
+        return n
+    if n.op is Op.CONST:
+        return const(n.arg, dtype)
+    return Node(Op.CAST, dtype, n.shape, (n,), dtype)
+
+
+def expand(n: Node, shape: tuple) -> Node:
+    if n.shape == shape:
+        return n
+    if len(n.shape) < len(shape):
+        n = reshape(n, (1,) * (len(shape) - len(n.shape)) + n.shape)
+        if n.shape == shape:
+            return n
+    return Node(Op.EXPAND, n.dtype, shape, (n,))
+
+
+def ew(op: Op, dtype: torch.dtype, shape: tuple, *srcs: Node) -> Node:
+    """An elementwise node: sources broadcast to `shape`."""
+    return Node(op, dtype, shape, tuple([expand(s, shape) for s in srcs]))
+
+
+def full(value, dtype: torch.dtype, shape: tuple) -> Node:
+    return expand(as_node(value, dtype), tuple(shape))
+
+
+def permute(n: Node, perm) -> Node:
+    perm = tuple(perm)
+    if perm == tuple(range(len(perm))):
+        return n
+    shape = tuple(n.shape[p] for p in perm)
+    return Node(Op.PERMUTE, n.dtype, shape, (n,), perm)
+
+
+def reduce(op: Op, x: Node, axes, keepdim: bool, dtype: torch.dtype) -> Node:
+    """Reduce `x` over `axes`; the reduce node keeps the axes as size 1."""
+    nd = len(x.shape)
+    axes = tuple(sorted({a % nd for a in axes})) if nd else ()
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    out = Node(op, dtype, kept, (x,), axes)
+    if keepdim:
+        return out
+    return reshape(out, tuple(d for i, d in enumerate(x.shape) if i not in axes))

@@ -1,0 +1,129 @@
+"""The lazy IR: one immutable node class and the primitive op set.
+
+Note [IR keys]
+A node's `key` is a structural hash computed once, when the node is made, from its op, dtype,
+shape, argument and its sources' keys. A graph's key is then the hash of its output keys, so the
+cache lookup at a sync costs O(#outputs), not O(#nodes). Tensor data never enters a key: device
+buffers are DATA leaves named by their input slot in the current trace, and floating-point Python
+scalars are SCALAR leaves named by their scalar slot, so a changing learning rate does not change
+the key. Keys use Python's tuple hash; they are per process (string hashes are salted). The
+on-disk cache keys by the generated source instead (compile/cache.py).
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+import torch
+
+
+class Op(IntEnum):
+    # leaves
+    DATA = 1        # arg = input slot; a device buffer bound at run time
+    SCALAR = 2      # arg = scalar slot; a float bound at run time (double)
+    CONST = 3       # arg = a Python int/bool/float fixed at compile time
+    INDEX = 4       # arg = dim; the coordinate along `dim` of the output position (int64)
+    # elementwise unary
+    NEG = 10; ABS = 11; EXP = 12; LOG = 13; SQRT = 14; RSQRT = 15; SIN = 16; COS = 17
+    TANH = 18; SIGMOID = 19; ERF = 20; FLOOR = 21; CEIL = 22; ROUND = 23; TRUNC = 24
+    SIGN = 25; RECIPROCAL = 26; LOG1P = 27; EXPM1 = 28; NOT = 29; BITNOT = 30
+    ISNAN = 31; TAN = 32; ASIN = 33; ACOS = 34; ATAN = 35; SINH = 36; COSH = 37
+    ASINH = 38; ACOSH = 39; ATANH = 40; ERFC = 41; EXP2 = 42; LOG2 = 43; LOG10 = 44
+    RELU = 45; ISINF = 46; LGAMMA = 47; ERFINV = 48; SIGNBIT = 49; ISFINITE = 50
+    CAST = 51       # arg = target dtype
+    # elementwise binary
+    ADD = 60; SUB = 61; MUL = 62; DIV = 63; POW = 64; MAX = 65; MIN = 66
+    EQ = 67; NE = 68; LT = 69; LE = 70; GT = 71; GE = 72
+    AND = 73; OR = 74; XOR = 75; BITAND = 76; BITOR = 77; BITXOR = 78
+    FLOORDIV = 79; TRUNCDIV = 80; MOD = 81; FMOD = 82; ATAN2 = 83
+    SHL = 84; SHR = 85; HYPOT = 86; COPYSIGN = 87; NEXTAFTER = 88
+    # elementwise ternary
+    WHERE = 90
+    # movement: change which element is read, never the values
+    EXPAND = 100      # arg = None; src same rank, size-1 dims broadcast to `shape`
+    RESHAPE = 101     # arg = None
+    PERMUTE = 102     # arg = permutation
+    AS_STRIDED = 103  # arg = (stride, offset) over the source read as a flat array
+    CAT = 104         # arg = dim
+    PAD = 105         # arg = ((lo, hi) per dim); src = (x, fill value)
+    GATHER = 106      # arg = dim; src = (x, index); torch.gather semantics
+    INDEX_ND = 107    # arg = (first indexed dim, number of index tensors, index ndim, front)
+    # reductions; output keeps reduced dims as size 1
+    SUM = 120; PROD = 121; RMAX = 122; RMIN = 123   # arg = reduced axes
+    ARGMAX = 124; ARGMIN = 125                      # arg = axis
+    ANY = 126; ALL = 127
+    CUMSUM = 128                                    # arg = axis; scan, output same shape
+    # materialising kernels
+    SCATTER_STRIDED = 140   # arg = (size, stride, offset); src = (base, value): as_strided_scatter
+    INDEX_PUT = 141         # arg = (first dim, n indices, index ndim, front, accumulate)
+    SCATTER = 142           # arg = (dim, reduce); src = (base, index, value); reduce None|'add'
+    MATMUL = 150            # batched (..., M, K) @ (..., K, N)
+    CONV2D = 151            # arg = params (stride, padding, dilation, groups)
+    CONV2D_BWD_INPUT = 152  # src = (grad_out, weight)
+    CONV2D_BWD_WEIGHT = 153  # src = (grad_out, input)
+
+
+UNARY = frozenset(op for op in Op if 10 <= op < 60)
+BINARY = frozenset(op for op in Op if 60 <= op < 90)
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
+MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
+REDUCE = frozenset(op for op in Op if 120 <= op < 140)
+LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
+LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT})
+SCATTERS = frozenset({Op.SCATTER_STRIDED, Op.INDEX_PUT, Op.SCATTER})
+COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+
+
+class Node:
+    """One value in the trace. Immutable; `key` is structural (Note [IR keys])."""
+
+    __slots__ = ("op", "dtype", "shape", "src", "arg", "key")
+
+    def __init__(self, op: Op, dtype: torch.dtype, shape: tuple, src: tuple = (), arg=None):
+        put = object.__setattr__   # __setattr__ below refuses every write after construction
+        put(self, "op", op)
+        put(self, "dtype", dtype)
+        put(self, "shape", shape)
+        put(self, "src", src)
+        put(self, "arg", arg)
+        put(self, "key", hash((op, dtype, shape, arg, tuple([s.key for s in src]))))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("lazydev IR nodes are immutable")
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def replace(self, **kw) -> "Node":
+        fields = dict(op=self.op, dtype=self.dtype, shape=self.shape, src=self.src, arg=self.arg)
+        fields.update(kw)
+        return Node(**fields)
+
+    def __repr__(self) -> str:
+        dt = str(self.dtype).replace("torch.", "")
+        return f"Node({self.op.name}, {dt}{list(self.shape)}, arg={self.arg!r}, nsrc={len(self.src)})"
+
+
+def toposort(outputs) -> list[Node]:
+    """Post-order of the nodes reachable from `outputs`, iterative (graphs can be deep)."""
+    order, seen = [], set()
+    for root in outputs:
+        if id(root) in seen:
+            continue
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for s in reversed(node.src):
+                if id(s) not in seen:
+                    stack.append((s, False))
+    return order

@@ -1,0 +1,500 @@
+"""Lowerings: aten op -> IR nodes. The rule table LOWERINGS is keyed by OpOverload.
+
+Each lowering gets the meta output spec(s) first, then the op's arguments with every wse tensor
+already replaced by its value node and every 0-dim CPU tensor by a runtime scalar node. Output
+shapes and dtypes come from the spec (PyTorch's meta kernels), so no lowering has its own shape
+rule; a lowering only says how the values are computed. Ops without an entry here are
+decomposed with torch._decomp or run on the CPU (tensor/dispatch.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from .build import Unsupported, as_node, cast, const, ew, expand, full, permute, reduce, reshape
+from .ir import Node, Op
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+LOWERINGS: dict = {}
+
+
+def register(*ops):
+    def deco(fn):
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+    return deco
+
+
+def _operand(v, dtype, shape):
+    return expand(as_node(v, dtype), shape)
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+
+def _unary(op: Op):
+    def lower(spec, x, *_, **__):
+        return Node(op, spec.dtype, spec.shape, (cast(x, spec.dtype),))
+    return lower
+
+
+def _predicate(op: Op):
+    def lower(spec, x, *_, **__):
+        return Node(op, torch.bool, spec.shape, (x,))
+    return lower
+
+
+_UNARY_OPS = {
+    "neg": Op.NEG, "abs": Op.ABS, "exp": Op.EXP, "log": Op.LOG, "sqrt": Op.SQRT,
+    "rsqrt": Op.RSQRT, "sin": Op.SIN, "cos": Op.COS, "tan": Op.TAN, "tanh": Op.TANH,
+    "sigmoid": Op.SIGMOID, "erf": Op.ERF, "erfc": Op.ERFC, "floor": Op.FLOOR, "ceil": Op.CEIL,
+    "round": Op.ROUND, "trunc": Op.TRUNC, "sign": Op.SIGN, "reciprocal": Op.RECIPROCAL,
+    "log1p": Op.LOG1P, "expm1": Op.EXPM1, "asin": Op.ASIN, "acos": Op.ACOS, "atan": Op.ATAN,
+    "sinh": Op.SINH, "cosh": Op.COSH, "asinh": Op.ASINH, "acosh": Op.ACOSH, "atanh": Op.ATANH,
+    "exp2": Op.EXP2, "log2": Op.LOG2, "log10": Op.LOG10, "relu": Op.RELU, "lgamma": Op.LGAMMA,
+    "erfinv": Op.ERFINV, "bitwise_not": Op.BITNOT,
+}
+for _name, _op in _UNARY_OPS.items():
+    register(getattr(aten, _name).default)(_unary(_op))
+register(aten.logical_not.default)(_predicate(Op.NOT))
+register(aten.isnan.default)(_predicate(Op.ISNAN))
+register(aten.isinf.default)(_predicate(Op.ISINF))
+register(aten.signbit.default)(_predicate(Op.SIGNBIT))
+register(aten.isfinite.default)(_predicate(Op.ISFINITE))
+
+
+def _binary(op: Op):
+    def lower(spec, a, b, *_, **__):
+        return ew(op, spec.dtype, spec.shape, as_node(a, spec.dtype), as_node(b, spec.dtype))
+    return lower
+
+
+_BINARY_OPS = {
+    "mul": Op.MUL, "div": Op.DIV, "maximum": Op.MAX, "minimum": Op.MIN, "atan2": Op.ATAN2,
+    "bitwise_and": Op.BITAND, "bitwise_or": Op.BITOR, "bitwise_xor": Op.BITXOR,
+    "remainder": Op.MOD, "fmod": Op.FMOD, "floor_divide": Op.FLOORDIV, "hypot": Op.HYPOT,
+    "copysign": Op.COPYSIGN, "bitwise_left_shift": Op.SHL, "bitwise_right_shift": Op.SHR,
+    "nextafter": Op.NEXTAFTER,
+}
+for _name, _op in _BINARY_OPS.items():
+    for _ov in ("Tensor", "Scalar", "default"):
+        if hasattr(getattr(aten, _name), _ov):
+            register(getattr(getattr(aten, _name), _ov))(_binary(_op))
+
+
+@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def _pow(spec, a, b):
+    if isinstance(b, int) and not isinstance(b, bool) and spec.dtype.is_floating_point:
+        # An integer exponent is structure (x*x for 2), not a runtime value.
+        return ew(Op.POW, spec.dtype, spec.shape, as_node(a, spec.dtype), const(b, torch.int64))
+    return ew(Op.POW, spec.dtype, spec.shape, as_node(a, spec.dtype), as_node(b, spec.dtype))
+
+
+def _make_add(op: Op):
+    def lower(spec, a, b, alpha=1):
+        dt = spec.dtype
+        rhs = as_node(b, dt)
+        if not (isinstance(alpha, (int, bool)) and alpha == 1):
+            rhs = ew(Op.MUL, dt, rhs.shape, rhs, as_node(alpha, dt))
+        return ew(op, dt, spec.shape, as_node(a, dt), rhs)
+    return lower
+
+
+for _ov in ("Tensor", "Scalar"):
+    register(getattr(aten.add, _ov))(_make_add(Op.ADD))
+    register(getattr(aten.sub, _ov))(_make_add(Op.SUB))
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(spec, a, b, rounding_mode=None):
+    dt = spec.dtype
+    x, y = as_node(a, dt), as_node(b, dt)
+    if rounding_mode is None:
+        return ew(Op.DIV, dt, spec.shape, x, y)
+    if dt.is_floating_point:
+        q = ew(Op.DIV if rounding_mode == "trunc" else Op.FLOORDIV, dt, spec.shape, x, y)
+        return Node(Op.TRUNC, dt, spec.shape, (q,)) if rounding_mode == "trunc" else q
+    return ew(Op.TRUNCDIV if rounding_mode == "trunc" else Op.FLOORDIV, dt, spec.shape, x, y)
+
+
+def _promoted(a, b):
+    ta = a if not isinstance(a, Node) else torch.empty((0,) * len(a.shape), dtype=a.dtype)
+    tb = b if not isinstance(b, Node) else torch.empty((0,) * len(b.shape), dtype=b.dtype)
+    if isinstance(a, Node) and not a.shape:
+        ta = torch.empty((), dtype=a.dtype)
+    if isinstance(b, Node) and not b.shape:
+        tb = torch.empty((), dtype=b.dtype)
+    return torch.result_type(ta, tb)
+
+
+def _compare(op: Op):
+    def lower(spec, a, b):
+        dt = _promoted(a, b)
+        return ew(op, torch.bool, spec.shape, as_node(a, dt), as_node(b, dt))
+    return lower
+
+
+for _name, _op in {"eq": Op.EQ, "ne": Op.NE, "lt": Op.LT, "le": Op.LE, "gt": Op.GT,
+                   "ge": Op.GE}.items():
+    for _ov in ("Tensor", "Scalar"):
+        register(getattr(getattr(aten, _name), _ov))(_compare(_op))
+
+
+def _logical(op: Op):
+    def lower(spec, a, b):
+        return ew(op, torch.bool, spec.shape, as_node(a, torch.bool), as_node(b, torch.bool))
+    return lower
+
+
+for _name, _op in {"logical_and": Op.AND, "logical_or": Op.OR, "logical_xor": Op.XOR}.items():
+    register(getattr(aten, _name).default)(_logical(_op))
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(spec, cond, a, b):
+    dt = spec.dtype
+    return ew(Op.WHERE, dt, spec.shape, as_node(cond, torch.bool), as_node(a, dt), as_node(b, dt))
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(spec, x, min=None, max=None):
+    dt = spec.dtype
+    out = cast(x, dt)
+    if min is not None:
+        out = ew(Op.MAX, dt, spec.shape, out, as_node(min, dt))
+    if max is not None:
+        out = ew(Op.MIN, dt, spec.shape, out, as_node(max, dt))
+    return out
+
+
+@register(aten._to_copy.default)
+def _to_copy(spec, x, dtype=None, **_):
+    return cast(x, spec.dtype)
+
+
+@register(prims.convert_element_type.default)
+def _convert(spec, x, dtype):
+    return cast(x, dtype)
+
+
+@register(aten.clone.default, aten.alias_copy.default, aten.lift_fresh_copy.default,
+          aten.contiguous.default if hasattr(aten, "contiguous") else aten.clone.default)
+def _clone(spec, x, *_, **__):
+    return x
+
+
+@register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(spec, x, mask, value):
+    dt = spec.dtype
+    return ew(Op.WHERE, dt, spec.shape, mask, as_node(value, dt), x)
+
+
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def _fill(spec, x, value):
+    return full(value, spec.dtype, spec.shape)
+
+
+@register(aten.zero.default)
+def _zero(spec, x):
+    return full(0, spec.dtype, spec.shape)
+
+
+@register(aten.full.default, aten.new_full.default)
+def _full(spec, *args, **kwargs):
+    value = args[-1] if len(args) >= 2 else kwargs["fill_value"]
+    return full(value, spec.dtype, spec.shape)
+
+
+@register(aten.scalar_tensor.default)
+def _scalar_tensor(spec, s, **_):
+    return as_node(s, spec.dtype)
+
+
+@register(aten.arange.start_step)
+def _arange(spec, start, end=None, step=1, **_):
+    dt = spec.dtype
+    acc = torch.float64 if dt.is_floating_point else torch.int64
+    idx = Node(Op.INDEX, torch.int64, spec.shape, (), 0)
+    val = ew(Op.ADD, acc, spec.shape, as_node(start, acc),
+             ew(Op.MUL, acc, spec.shape, cast(idx, acc), as_node(step, acc)))
+    return cast(val, dt)
+
+
+# ---- reductions -------------------------------------------------------------------------------
+
+def _axes(x: Node, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(len(x.shape)))
+    return tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def _sum(spec, x, dim=None, keepdim=False, dtype=None):
+    return reduce(Op.SUM, cast(x, spec.dtype), _axes(x, dim), keepdim, spec.dtype)
+
+
+@register(aten.prod.default, aten.prod.dim_int)
+def _prod(spec, x, dim=None, keepdim=False, dtype=None):
+    return reduce(Op.PROD, cast(x, spec.dtype), _axes(x, dim), keepdim, spec.dtype)
+
+
+def _minmax(op: Op):
+    def lower(spec, x, dim=None, keepdim=False):
+        _no_empty_reduce(x, dim)
+        return reduce(op, x, _axes(x, dim), keepdim, spec.dtype)
+    return lower
+
+
+def _no_empty_reduce(x, dim):
+    for a in _axes(x, dim):
+        if x.shape and x.shape[a] == 0:
+            raise IndexError("max(): Expected reduction dim to be specified for input.numel() == 0.")
+
+
+register(aten.amax.default)(_minmax(Op.RMAX))
+register(aten.amin.default)(_minmax(Op.RMIN))
+register(aten.max.default)(_minmax(Op.RMAX))
+register(aten.min.default)(_minmax(Op.RMIN))
+
+
+def _arg(op: Op):
+    def lower(spec, x, dim=None, keepdim=False):
+        if dim is None:
+            x = reshape(x, (x.numel,))
+            dim = 0
+        nd = max(len(x.shape), 1)
+        dim = dim % nd
+        if not x.shape:
+            x = reshape(x, (1,))
+        kept = tuple(1 if i == dim else d for i, d in enumerate(x.shape))
+        node = Node(op, torch.int64, kept, (x,), dim)
+        return reshape(node, spec.shape)
+    return lower
+
+
+register(aten.argmax.default)(_arg(Op.ARGMAX))
+register(aten.argmin.default)(_arg(Op.ARGMIN))
+
+
+def _minmax_dim(vop: Op, iop: Op):
+    def lower(spec, x, dim, keepdim=False):
+        values = _minmax(vop)(spec[0], x, dim, keepdim)
+        indices = _arg(iop)(spec[1], x, dim, keepdim)
+        return values, indices
+    return lower
+
+
+register(aten.max.dim)(_minmax_dim(Op.RMAX, Op.ARGMAX))
+register(aten.min.dim)(_minmax_dim(Op.RMIN, Op.ARGMIN))
+
+
+def _anyall(op: Op):
+    def lower(spec, x, dim=None, keepdim=False):
+        return reduce(op, cast(x, torch.bool), _axes(x, dim), keepdim, torch.bool)
+    return lower
+
+
+for _name, _op in (("any", Op.ANY), ("all", Op.ALL)):
+    for _ov in ("default", "dim", "dims"):
+        if hasattr(getattr(aten, _name), _ov):
+            register(getattr(getattr(aten, _name), _ov))(_anyall(_op))
+
+
+@register(aten.cumsum.default)
+def _cumsum(spec, x, dim, dtype=None):
+    x = cast(x, spec.dtype)
+    if not x.shape:
+        return x
+    return Node(Op.CUMSUM, spec.dtype, x.shape, (x,), dim % len(x.shape))
+
+
+# ---- movement that makes new values -----------------------------------------------------------
+
+@register(aten.cat.default)
+def _cat(spec, tensors, dim=0):
+    nd = len(spec.shape)
+    dim = dim % nd if nd else 0
+    parts = tuple(cast(t, spec.dtype) for t in tensors if t.shape and t.shape[dim] != 0
+                  or (t.shape and len(t.shape) == nd and t.numel > 0))
+    parts = tuple(p for p in parts if len(p.shape) == nd and p.shape[dim] > 0)
+    if not parts:
+        return full(0, spec.dtype, spec.shape)
+    if len(parts) == 1:
+        return parts[0]
+    return Node(Op.CAT, spec.dtype, spec.shape, parts, dim)
+
+
+@register(aten.constant_pad_nd.default)
+def _pad(spec, x, pad, value=0):
+    nd = len(x.shape)
+    pads = [(0, 0)] * nd
+    for i in range(len(pad) // 2):
+        pads[nd - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return Node(Op.PAD, spec.dtype, spec.shape, (x, as_node(value, spec.dtype)), tuple(pads))
+
+
+@register(aten.gather.default)
+def _gather(spec, x, dim, index, sparse_grad=False):
+    if not x.shape:
+        x = reshape(x, (1,))
+    if not index.shape:
+        index = reshape(index, (1,))
+    dim = dim % len(x.shape)
+    out = Node(Op.GATHER, spec.dtype, index.shape, (x, index), dim)
+    return reshape(out, spec.shape)
+
+
+@register(aten.index_select.default)
+def _index_select(spec, x, dim, index):
+    if not x.shape:
+        return reshape(Node(Op.INDEX_ND, spec.dtype, (1,), (reshape(x, (1,)), reshape(index, (1,))),
+                            (0, 1, 1, False)), spec.shape)
+    dim = dim % len(x.shape)
+    index = reshape(index, (index.numel,))
+    return Node(Op.INDEX_ND, spec.dtype, spec.shape, (x, index), (dim, 1, 1, False))
+
+
+def _index_layout(x, indices):
+    """(first indexed dim, index nodes broadcast to one shape, front) for aten.index semantics."""
+    dims = [i for i, ix in enumerate(indices) if ix is not None]
+    if any(ix.dtype == torch.bool for ix in indices if ix is not None):
+        raise Unsupported("boolean-mask indexing has a data-dependent shape")
+    if not dims:
+        raise Unsupported("no index tensors")
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    shapes = [indices[d].shape for d in dims]
+    bshape = tuple(torch.broadcast_shapes(*shapes))
+    idx = tuple(expand(cast(indices[d], torch.int64), bshape) for d in dims)
+    return dims, idx, bshape, not adjacent
+
+
+@register(aten.index.Tensor, aten._unsafe_index.Tensor)
+def _index(spec, x, indices):
+    dims, idx, bshape, front = _index_layout(x, list(indices))
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        # Non-adjacent indexed dims: move them to the front first (aten.index puts the
+        # broadcast index dims first in that case).
+        rest = [d for d in range(len(x.shape)) if d not in dims]
+        x = permute(x, dims + rest)
+        dims = list(range(len(dims)))
+    arg = (dims[0], len(dims), len(bshape), front)
+    return Node(Op.INDEX_ND, spec.dtype, spec.shape, (x,) + idx, arg)
+
+
+@register(aten.index_put.default, aten._unsafe_index_put.default)
+def _index_put(spec, x, indices, values, accumulate=False):
+    dims, idx, bshape, front = _index_layout(x, list(indices))
+    if front:
+        raise Unsupported("index_put with non-adjacent index tensors")
+    # The region written has the shape aten.index would return; values broadcast to it.
+    region = x.shape[:dims[0]] + bshape + x.shape[dims[0] + len(dims):]
+    v = expand(cast(values, spec.dtype), region)
+    arg = (dims[0], len(dims), len(bshape), False, bool(accumulate))
+    return Node(Op.INDEX_PUT, spec.dtype, spec.shape, (x, v) + idx, arg)
+
+
+@register(aten.scatter_add.default)
+def _scatter_add(spec, x, dim, index, src):
+    return _scatter(spec, x, dim, index, src, reduce="add")
+
+
+@register(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
+def _scatter(spec, x, dim, index, src, reduce=None):
+    if reduce not in (None, "add", "sum"):
+        raise Unsupported(f"scatter reduce={reduce!r}")
+    add = reduce in ("add", "sum")
+    if not x.shape:
+        raise Unsupported("0-dim scatter")
+    dim = dim % len(x.shape)
+    if isinstance(src, Node) and src.shape:
+        value = cast(src, spec.dtype)
+    else:
+        value = expand(as_node(src, spec.dtype), index.shape)
+    return Node(Op.SCATTER, spec.dtype, spec.shape, (x, index, value), (dim, "add" if add else None))
+
+
+# ---- matmul and convolution -------------------------------------------------------------------
+
+def _mm_dtype(dt):
+    if dt not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        raise Unsupported(f"matmul of {dt}")
+    return torch.float64 if dt == torch.float64 else torch.float32
+
+
+def matmul(a: Node, b: Node, out_dtype) -> Node:
+    ct = _mm_dtype(out_dtype)
+    a, b = cast(a, ct), cast(b, ct)
+    batch = a.shape[:-2]
+    shape = batch + (a.shape[-2], b.shape[-1])
+    return cast(Node(Op.MATMUL, ct, shape, (a, b)), out_dtype)
+
+
+@register(aten.mm.default, aten.bmm.default)
+def _mm(spec, a, b):
+    return matmul(a, b, spec.dtype)
+
+
+@register(aten.addmm.default)
+def _addmm(spec, bias, a, b, beta=1, alpha=1):
+    dt = spec.dtype
+    prod = matmul(a, b, dt)
+    if not (isinstance(alpha, int) and alpha == 1):
+        prod = ew(Op.MUL, dt, spec.shape, prod, as_node(alpha, dt))
+    if isinstance(beta, int) and beta == 0:
+        return prod
+    bias = cast(bias, dt)
+    if not (isinstance(beta, int) and beta == 1):
+        bias = ew(Op.MUL, dt, bias.shape, bias, as_node(beta, dt))
+    return ew(Op.ADD, dt, spec.shape, prod, bias)
+
+
+def _conv_params(x_shape, w_shape, stride, padding, dilation, groups):
+    def two(v):
+        v = list(v)
+        return v * 2 if len(v) == 1 else v
+    return tuple(two(stride)) + tuple(two(padding)) + tuple(two(dilation)) + (groups,)
+
+
+def _conv_ok(x, transposed, dt):
+    if transposed or len(x.shape) not in (3, 4) or dt != torch.float32:
+        raise Unsupported("only 1-d/2-d float32 non-transposed convolution is compiled")
+
+
+def _as4d(n: Node) -> Node:
+    return reshape(n, n.shape[:2] + (1,) + n.shape[2:]) if len(n.shape) == 3 else n
+
+
+@register(aten.convolution.default)
+def _convolution(spec, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    _conv_ok(x, transposed, spec.dtype)
+    one_d = len(x.shape) == 3
+    if one_d:
+        stride, padding, dilation = [1] + list(stride), [0] + list(padding), [1] + list(dilation)
+    x4, w4 = _as4d(x), _as4d(w)
+    params = _conv_params(x4.shape, w4.shape, stride, padding, dilation, groups)
+    out_shape = spec.shape if not one_d else spec.shape[:2] + (1,) + spec.shape[2:]
+    y = Node(Op.CONV2D, torch.float32, tuple(out_shape), (x4, w4), params)
+    if bias is not None:
+        y = ew(Op.ADD, torch.float32, y.shape, y, reshape(bias, (1, bias.shape[0], 1, 1)))
+    return reshape(y, spec.shape)
+
+
+@register(aten.convolution_backward.default)
+def _convolution_backward(spec, gy, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    _conv_ok(x, transposed, x.dtype)
+    one_d = len(x.shape) == 3
+    if one_d:
+        stride, padding, dilation = [1] + list(stride), [0] + list(padding), [1] + list(dilation)
+    gy4, x4, w4 = _as4d(gy), _as4d(x), _as4d(w)
+    params = _conv_params(x4.shape, w4.shape, stride, padding, dilation, groups)
+    outs = [None, None, None]
+    if output_mask[0]:
+        gi = Node(Op.CONV2D_BWD_INPUT, torch.float32, x4.shape, (gy4, w4), params)
+        outs[0] = reshape(gi, x.shape)
+    if output_mask[1]:
+        gw = Node(Op.CONV2D_BWD_WEIGHT, torch.float32, w4.shape, (gy4, x4), params)
+        outs[1] = reshape(gw, w.shape)
+    if output_mask[2]:
+        outs[2] = reduce(Op.SUM, gy4, (0, 2, 3), False, torch.float32)
+    return tuple(outs)

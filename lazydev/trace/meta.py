@@ -1,0 +1,118 @@
+"""Output metadata of an aten op, from PyTorch's meta kernels, cached per (op, input metadata).
+
+Shape rules are never written by hand: the first call of an op with given input shapes, strides
+and dtypes runs its meta kernel on empty meta tensors; later calls hit the cache. Float scalar
+values do not enter the key (they never change an output's shape or dtype), except for the few
+factories whose output length depends on them (arange, linspace).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+# Ops whose output shape depends on float argument values.
+_VALUE_SENSITIVE = frozenset({
+    aten.arange.default, aten.arange.start, aten.arange.start_step, aten.linspace.default,
+    aten.logspace.default,
+})
+
+
+class Spec:
+    """Metadata of one tensor output."""
+
+    __slots__ = ("shape", "dtype", "stride", "offset")
+
+    def __init__(self, shape, dtype, stride, offset):
+        self.shape, self.dtype, self.stride, self.offset = shape, dtype, stride, offset
+
+    def __repr__(self):
+        return f"Spec({list(self.shape)}, {self.dtype}, stride={self.stride}, offset={self.offset})"
+
+
+class MetaUnsupported(Exception):
+    """The op has no meta kernel: the caller falls back to the CPU."""
+
+
+_cache: dict = {}
+_stats = {"hits": 0, "misses": 0}
+
+
+def _sig(a, value_sensitive):
+    """Hashable description of one argument, enough to reproduce its meta tensor."""
+    meta = getattr(a, "_lz_meta", None)
+    if meta is not None:                      # a wse tensor: (size, stride, offset, numel, dtype)
+        return meta
+    if isinstance(a, torch.Tensor):
+        return ("cpu", tuple(a.shape), a.dtype, a.stride(), a.storage_offset())
+    if isinstance(a, float) and not value_sensitive:
+        return float
+    if isinstance(a, (list, tuple)):
+        return (type(a), tuple([_sig(x, value_sensitive) for x in a]))
+    return a
+
+
+def infer(func, args, kwargs):
+    """Specs (a Spec, a tuple of them, or None per non-tensor output) for func(*args, **kwargs)."""
+    vs = func in _VALUE_SENSITIVE
+    key = (func, _sig(args, vs), _sig(tuple(kwargs.items()), vs) if kwargs else None)
+    try:
+        out = _cache[key]
+        _stats["hits"] += 1
+        return out
+    except KeyError:
+        pass
+    _stats["misses"] += 1
+    out = _run_meta(func, args, kwargs)
+    _cache[key] = out
+    return out
+
+
+def _to_meta(a):
+    meta = getattr(a, "_lz_meta", None)
+    if meta is not None:
+        size, stride, offset, numel, dtype = meta
+        base = torch.empty((max(numel, 1),), dtype=dtype, device="meta")
+        return base.as_strided(size, stride, offset)
+    if isinstance(a, torch.Tensor):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_to_meta(x) for x in a)
+    if isinstance(a, torch.device):
+        return torch.device("meta")
+    return a
+
+
+def _spec_of(r):
+    if isinstance(r, torch.Tensor):
+        return Spec(tuple(r.shape), r.dtype, tuple(r.stride()), r.storage_offset())
+    if isinstance(r, (list, tuple)):
+        return tuple(_spec_of(x) for x in r)
+    return None
+
+
+def _run_meta(func, args, kwargs):
+    margs = _to_meta(args)
+    mkw = {k: _to_meta(v) for k, v in kwargs.items()}
+    if "device" in mkw:
+        mkw["device"] = torch.device("meta")
+    try:
+        out = func(*margs, **mkw)
+    except NotImplementedError as e:
+        raise MetaUnsupported(str(e)) from e
+    except RuntimeError as e:
+        # Data-dependent ops and ops without meta kernels say so in a RuntimeError; anything
+        # else (a shape mismatch, a bad dim) is the user's error and is raised as it is.
+        msg = str(e)
+        if "meta" in msg.lower() or "data-dependent" in msg or "DataDependent" in type(e).__name__:
+            raise MetaUnsupported(msg) from e
+        raise
+    except Exception as e:
+        if "DataDependent" in type(e).__name__ or "Unbacked" in type(e).__name__:
+            raise MetaUnsupported(str(e)) from e
+        raise
+    return _spec_of(out)
+
+
+def stats() -> dict:
+    return dict(_stats, entries=len(_cache))

@@ -1,0 +1,147 @@
+"""Storages, the current trace, and the live-tensor registry.
+
+Note [Storage and value semantics]
+Every wse tensor is a view (size, stride, offset) of a Storage, and all aliases of one storage
+share it. A storage's value is either materialised (`buf`, a device buffer) or pending (`node`, an
+IR node with the storage's numel elements in row-major order). Reading a tensor derives its node
+from the storage value; writing a tensor (any in-place op, through any view) replaces the
+storage's value with a new node, so aliases see the write, exactly as on CPU, while the IR stays
+purely functional. Device buffers are never written after they are produced, so two storages may
+share one buffer safely.
+
+Every storage with a pending value is in the live registry (weakly: a dead temporary is not
+computed). A sync computes all of them at once, so nothing is computed twice.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import torch
+
+from .ir import Node, Op
+
+_serials = itertools.count()
+
+
+class Trace:
+    """The graph being recorded: its input buffers and runtime scalars, by slot."""
+
+    _ids = itertools.count()
+
+    def __init__(self):
+        self.id = next(Trace._ids)
+        self.inputs: list = []          # device buffers, by DATA slot
+        self.origins: list = []         # per DATA slot: user source line of its upload, if known
+        self.scalars: list = []         # Python floats, by SCALAR slot
+        self.live = weakref.WeakValueDictionary()   # serial -> pending Storage
+        self.nodes = 0                  # ops recorded (for the runaway-trace guard)
+
+
+_current = Trace()
+
+
+def current() -> Trace:
+    return _current
+
+
+def new_trace() -> Trace:
+    global _current
+    _current = Trace()
+    return _current
+
+
+class ValueLost(RuntimeError):
+    pass
+
+
+class Storage:
+    """The shared value behind a tensor and its views (Note [Storage and value semantics])."""
+
+    __slots__ = ("numel", "dtype", "buf", "node", "serial", "version", "error", "origin",
+                 "_slot_trace", "_slot", "_data_nodes", "__weakref__")
+
+    def __init__(self, numel: int, dtype: torch.dtype, buf=None, node: Node | None = None):
+        self.numel = numel
+        self.dtype = dtype
+        self.buf = buf
+        self.node = None
+        self.serial = next(_serials)
+        self.version = 0
+        self.error = None
+        self.origin = None          # where the user uploaded it (for recompile reasons)
+        self._slot_trace = -1
+        self._slot = -1
+        self._data_nodes = None
+        if node is not None:
+            self.set_node(node)
+
+    def set_node(self, node: Node) -> None:
+        """Give the storage a new pending value (a write)."""
+        self.node = node
+        self.version += 1
+        _current.live[self.serial] = self
+
+    def materialise(self, buf) -> None:
+        self.buf = buf
+        self.node = None
+        self.version += 1
+
+    def replace_buffer(self, buf, origin=None) -> None:
+        """A whole-storage overwrite with new device data (an upload)."""
+        self.buf = buf
+        self.node = None
+        self.error = None
+        self.origin = origin
+        self.version += 1
+        self._slot_trace = -1       # the next read binds the new buffer to a new input slot
+
+    def value(self, shape: tuple) -> Node:
+        """The storage's current value as a node of `shape` (numel must match)."""
+        node = self.node
+        if node is not None:
+            return node if node.shape == shape else reshape(node, shape)
+        if self.error is not None:
+            raise ValueLost(f"this wse tensor's value was lost when its graph failed: {self.error}")
+        return self.data_node(shape)
+
+    def data_node(self, shape: tuple) -> Node:
+        tr = _current
+        if self._slot_trace != tr.id:
+            self._slot_trace = tr.id
+            self._slot = len(tr.inputs)
+            tr.inputs.append(self.buf)
+            tr.origins.append(self.origin)
+            self._data_nodes = {}
+        node = self._data_nodes.get(shape)
+        if node is None:
+            node = self._data_nodes[shape] = Node(Op.DATA, self.dtype, shape, (), self._slot)
+        return node
+
+
+def reshape(node: Node, shape: tuple) -> Node:
+    if node.shape == shape:
+        return node
+    if node.op is Op.RESHAPE:           # reshape of reshape: keep one
+        node = node.src[0]
+        if node.shape == shape:
+            return node
+    return Node(Op.RESHAPE, node.dtype, shape, (node,))
+
+
+def scalar(value: float, dtype=torch.float64) -> Node:
+    """A runtime scalar: its value is bound at execution, so it never changes the graph key.
+
+    Each occurrence gets its own slot: sharing slots between equal values would make the graph's
+    structure depend on values (lr == momentum in one step but not the next) and recompile."""
+    tr = _current
+    tr.scalars.append(float(value))
+    return Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1)
+
+
+def pending_storages() -> list[Storage]:
+    """Live storages with pending values, in creation order (deterministic step to step)."""
+    live = _current.live
+    out = [st for st in list(live.values()) if st.node is not None]
+    out.sort(key=lambda st: st.serial)
+    return out
