@@ -25,7 +25,8 @@ def enabled(channel: str) -> bool:
 
 def emit(channel: str, message) -> None:
     if config.logs(channel):
-        console().print(f"[bold cyan]lazydev[/] [magenta]{channel}[/] ", message, sep="")
+        console().print(f"[bold cyan]lazydev[/] [magenta]{channel}[/] ", message, sep="",
+                        soft_wrap=True)
 
 
 def user_frame() -> str:

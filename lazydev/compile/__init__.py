@@ -2,6 +2,7 @@
 plan memory, generate C, build; then run on the device runtime."""
 from __future__ import annotations
 
+import os
 import time
 
 from .. import log, metrics
@@ -43,6 +44,9 @@ def compile_graph(outputs: list[Node]) -> tuple[Compiled, bool]:
     order, realized = passes.schedule(outs)    # choose buffers; the rest fuses inline
     passes.check(order, "schedule")
     source, layout = generate(outs, order, realized, prefix_source())   # memory plan + C
+    if os.environ.get("LAZYDEV_DUMP_C"):
+        with open(os.environ["LAZYDEV_DUMP_C"], "a") as f:
+            f.write(source + "\n/* ---- */\n")
     program, built = cache.load_or_build(source, Program)              # disk cache or gcc
     layout.structure = hash(tuple((n.op, n.dtype) for n in order))
     last_compiled.update(source=source, layout=layout, outputs=outs)

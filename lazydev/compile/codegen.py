@@ -58,7 +58,7 @@ class Emitter:
                 stride = 1
                 for d in idx.shape[k + 1:]:
                     stride *= d
-                expr = f"({idx.flat})" if stride == 1 else f"({idx.flat} / {stride})"
+                expr = f"({idx.flat})" if stride == 1 else f"(({idx.flat}) / {stride})"
                 if k > 0:
                     expr = f"({expr} % {size})"
                 idx.dims[k] = self.b.temp("int64_t", expr, prefix="q")
@@ -78,11 +78,12 @@ class Emitter:
 
     # -- values ---------------------------------------------------------------------------------
     def ptr(self, n: Node) -> str:
-        name = f"p{abs(id(n)) % 10**9}"
-        if name not in self.decls:
+        decl = self.decls.get(id(n))
+        if decl is None:
+            name = f"p{len(self.decls)}"
             ct = cexpr.STORE_TYPE[n.dtype]
-            self.decls[name] = f"{ct}* restrict {name} = ({ct}*)({self.ptrs[id(n)]});"
-        return name
+            decl = self.decls[id(n)] = (name, f"{ct}* restrict {name} = ({ct}*)({self.ptrs[id(n)]});")
+        return decl[0]
 
     def load(self, n: Node, idx: Idx) -> str:
         key = (id(n), idx.key())

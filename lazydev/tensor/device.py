@@ -75,6 +75,20 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return empty_tensor(size, dtype)
 
 
+def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # Registered for PrivateUse1 so that torch.arange(..., device="wse") never goes through
+    # arange.out, which resizes its output (a wrapper tensor's storage cannot grow).
+    from .dispatch import dispatch
+    if end is None:
+        start, end = 0, start
+    spec_dtype = dtype
+    if spec_dtype is None:
+        spec_dtype = torch.int64 if all(isinstance(v, int) for v in (start, end, step)) \
+            else torch.get_default_dtype()
+    return dispatch(torch.ops.aten.arange.start_step, (start, end, step),
+                    {"dtype": spec_dtype, "device": torch.device("wse", 0)})
+
+
 _lib = None
 
 
@@ -87,3 +101,5 @@ def register() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    for name in ("arange", "arange.start", "arange.start_step"):
+        _lib.impl(name, _arange, "PrivateUse1")

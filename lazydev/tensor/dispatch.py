@@ -40,6 +40,8 @@ def _choose(func):
         return SPECIAL[func]
     if torch.Tag.inplace_view in func.tags:
         return inplace_view_op
+    if _has_composite(func):
+        return composite_op           # e.g. aten.to/reshape: may or may not alias; decompose
     if func.is_view:
         return view_op
     schema = func._schema
@@ -55,9 +57,11 @@ def _choose(func):
         return foreach_op
     if func in decomposition_table:
         return decomposed_op
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        return composite_op
     return fallback_op
+
+
+def _has_composite(func) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
 # ---- arguments --------------------------------------------------------------------------------
@@ -251,7 +255,10 @@ def _copy_back(dst, src):
         for d, s in zip(dst, src):
             _copy_back(d, s)
     elif isinstance(dst, WseTensor):
-        write(dst, value(_upload(src)))
+        if tuple(dst.shape) != tuple(src.shape):     # an out= tensor PyTorch resized
+            SPECIAL[aten.set_.source_Tensor](None, (dst, _upload(src)), {})
+        else:
+            write(dst, value(_upload(src)))
 
 
 def _to_cpu_args(a):

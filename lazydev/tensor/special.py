@@ -134,16 +134,31 @@ def _resize_(func, args, kwargs):
                               "with the wanted shape instead")
 
 
+@special(aten.arange.start_out)
+def _arange_out(func, args, kwargs):
+    out = kwargs["out"]
+    start, end, step = (list(args) + [1])[:3]
+    result = dispatch(aten.arange.start_step, (start, end, step),
+                      {"dtype": out.dtype, "device": out.device})
+    return _set_(None, (out, result), {})
+
+
 @special(aten.set_.source_Tensor)
 def _set_(func, args, kwargs):
     t, src = args
     if not isinstance(src, WseTensor):
         src = _upload(src)
+    size, stride, offset = src._lz_meta[:3]
+    need = offset + sum((d - 1) * s for d, s in zip(size, stride)) + 1 if all(size) else 0
+    if need * src.dtype.itemsize > t.untyped_storage().nbytes():
+        # PyTorch's own storage of the wrapper cannot grow; factories that resize an out=
+        # tensor are registered as PrivateUse1 kernels instead (tensor/device.py).
+        raise NotImplementedError("growing a wse tensor in place (set_/resize_) is not supported")
     from torch.utils._mode_utils import no_dispatch
     with no_dispatch():
-        aten.as_strided_.default(t, src.shape, src._lz_meta[1], src._lz_meta[2])
+        aten.as_strided_.default(t, size, stride, offset)
     t._st = src._st
-    t._set_meta(*src._lz_meta[:3])
+    t._set_meta(size, stride, offset)
     return t
 
 

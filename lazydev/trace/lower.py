@@ -205,6 +205,11 @@ def _full(spec, *args, **kwargs):
     return full(value, spec.dtype, spec.shape)
 
 
+@register(aten.full_like.default)
+def _full_like(spec, x, fill_value, **_):
+    return full(fill_value, spec.dtype, spec.shape)
+
+
 @register(aten.scalar_tensor.default)
 def _scalar_tensor(spec, s, **_):
     return as_node(s, spec.dtype)
@@ -498,3 +503,42 @@ def _convolution_backward(spec, gy, x, w, bias_sizes, stride, padding, dilation,
     if output_mask[2]:
         outs[2] = reduce(Op.SUM, gy4, (0, 2, 3), False, torch.float32)
     return tuple(outs)
+
+
+# ---- prims (they appear inside torch._decomp decompositions) ----------------------------------
+
+for _name, _op in list(_UNARY_OPS.items()):
+    if hasattr(prims, _name):
+        register(getattr(prims, _name).default)(_unary(_op))
+for _name, _op in {"add": Op.ADD, "sub": Op.SUB, "mul": Op.MUL, "div": Op.DIV, "maximum": Op.MAX,
+                   "minimum": Op.MIN, "pow": Op.POW, "atan2": Op.ATAN2}.items():
+    register(getattr(prims, _name).default)(_binary(_op))
+
+
+@register(prims.sum.default)
+def _prims_sum(spec, x, dims, output_dtype=None):
+    return reduce(Op.SUM, cast(x, spec.dtype), dims if dims is not None else range(len(x.shape)),
+                  False, spec.dtype)
+
+
+@register(prims.var.default)
+def _prims_var(spec, x, dims, correction=1, output_dtype=None):
+    dt = spec.dtype
+    x = cast(x, dt)
+    axes = tuple(dims) if dims is not None else tuple(range(len(x.shape)))
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    mean = reduce(Op.SUM, x, axes, True, dt)
+    mean = ew(Op.DIV, dt, mean.shape, mean, const(n, dt))
+    dev = ew(Op.SUB, dt, x.shape, x, mean)
+    sq = reduce(Op.SUM, ew(Op.MUL, dt, x.shape, dev, dev), axes, False, dt)
+    return ew(Op.DIV, dt, sq.shape, sq, const(max(n - correction, 0), dt))
+
+
+@register(prims.broadcast_in_dim.default)
+def _broadcast_in_dim(spec, x, shape, broadcast_dimensions):
+    kept = [1] * len(shape)
+    for src_dim, out_dim in enumerate(broadcast_dimensions):
+        kept[out_dim] = x.shape[src_dim]
+    return expand(reshape(x, tuple(kept)), tuple(shape))
