@@ -182,4 +182,23 @@ static inline float wse_gelu_gradf(float x) {
          x * expf(-0.5f * x * x) * (float)WSE_INV_SQRT_2PI;
 }
 
+/* ---- helpers used by generated code ------------------------------------ */
+
+/* Integer power by squaring (torch.pow on integers); negative exponents give 0 except for
+   bases 1 and -1, as in ATen. */
+static inline int64_t wse_ipow(int64_t base, int64_t exp) {
+  if (exp < 0) return base == 1 ? 1 : (base == -1 ? ((exp & 1) ? -1 : 1) : 0);
+  int64_t r = 1;
+  while (exp) { if (exp & 1) r *= base; base *= base; exp >>= 1; }
+  return r;
+}
+
+/* float -> int64 without C's undefined behaviour: NaN gives 0, out-of-range saturates. */
+static inline int64_t wse_f2i64(double x) {
+  if (x != x) return 0;
+  if (x >= 9.2233720368547758e18) return INT64_MAX;
+  if (x <= -9.2233720368547758e18) return INT64_MIN;
+  return (int64_t)x;
+}
+
 #endif /* WSE_PREFIX_H */

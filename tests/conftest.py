@@ -1,0 +1,48 @@
+"""Shared test helpers: the per-dtype tolerance table and CPU/wse comparison."""
+import pytest
+import torch
+
+import lazydev
+
+# Per-dtype tolerances (atol, rtol); integers and bools are compared exactly.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-5, 1.3e-6 * 10),
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1e-2, 1.6e-2),
+}
+
+
+def assert_same(actual, expected):
+    """Compare a wse result (or a CPU copy of one) with the eager CPU result."""
+    if isinstance(expected, (list, tuple)):
+        assert isinstance(actual, (list, tuple)) and len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_same(a, e)
+        return
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected
+        return
+    if actual.device.type == "wse":
+        assert actual.shape == expected.shape
+        actual = actual.cpu()
+    atol, rtol = TOLERANCES.get(expected.dtype, (0, 0))
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, equal_nan=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_metrics():
+    lazydev.mark_step()
+    lazydev.metrics.reset()
+    yield
+
+
+@pytest.fixture
+def fresh_cache(tmp_path):
+    """An empty compile cache, in memory and on disk, for tests that count compilations."""
+    from lazydev import compile as lzc
+    old = lazydev.config.cache_dir
+    lzc.clear_memory_cache()
+    lazydev.config(cache_dir=str(tmp_path / "cache"))
+    yield
+    lazydev.config(cache_dir=old)

@@ -1,0 +1,115 @@
+"""Reference training loops on wse against CPU eager (issue: the wse device, end to end)."""
+import re
+
+import pytest
+import torch
+
+import lazydev
+from lazydev.examples import MLP, train
+
+
+def _rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+@pytest.mark.parametrize("kind,optimizer", [("mlp", "sgd"), ("cnn", "sgd"), ("lm", "adamw")])
+def test_twenty_steps_match_cpu(kind, optimizer):
+    cpu = train(kind, "cpu", steps=20, optimizer=optimizer)
+    wse = train(kind, "wse", steps=20, optimizer=optimizer)
+    worst = max(_rel(a, b) for a, b in zip(wse, cpu))
+    assert worst <= 1e-4, (worst, wse, cpu)
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_steady_state_steps_hit_the_cache(optimizer, scheduler, fresh_cache):
+    seen = []
+    train("mlp", "wse", steps=8, optimizer=optimizer, scheduler=scheduler,
+          on_step=lambda i, loss: seen.append(dict(lazydev.metrics.counters())))
+    # Step 1 creates the optimizer state (momentum / Adam moments), a different graph from the
+    # update of every later step; step 2 compiles that update. From then on, nothing compiles
+    # even though the learning rate (scheduler) and Adam's bias corrections change every step.
+    assert seen[0]["compilations"] >= 1
+    steady = [s["compilations"] for s in seen[1:]]
+    assert steady == [steady[0]] * len(steady), steady
+    hits = [s["cache_hits"] for s in seen[1:]]
+    assert all(b == a + 1 for a, b in zip(hits[1:], hits[2:])), hits
+
+
+def test_batch_size_change_recompiles_once_and_says_why(capsys, fresh_cache):
+    torch.manual_seed(0)
+    model = MLP().to("wse")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(batch):
+        x = torch.randn(batch, 64).to("wse")
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        lazydev.mark_step()
+
+    for _ in range(3):
+        step(16)
+    before = lazydev.metrics.counters()["compilations"]
+    lazydev.config(log="cache")
+    try:
+        step(8)
+        step(8)
+    finally:
+        lazydev.config(log="")
+    assert lazydev.metrics.counters()["compilations"] == before + 1
+    err = capsys.readouterr().err
+    assert re.search(r"input \d+ \(float32, from .*test_training.py:\d+\) changed shape "
+                     r"\[16, 64\] -> \[8, 64\]", err), err
+
+
+def test_item_in_the_middle_of_a_step():
+    def run(device):
+        torch.manual_seed(0)
+        model = MLP().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(16, 64).to(device)
+        out = []
+        for _ in range(3):
+            loss = model(x).square().mean()
+            out.append(loss.item())                # a sync before backward
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if device == "wse":
+                lazydev.mark_step()
+        out.append(model(x).square().mean().item())
+        return out
+    cpu, wse = run("cpu"), run("wse")
+    torch.testing.assert_close(torch.tensor(wse), torch.tensor(cpu), rtol=1e-5, atol=1e-6)
+
+
+def test_mixing_cpu_and_wse_raises_naming_both_devices():
+    a = torch.randn(3, 4, device="wse")
+    with pytest.raises(RuntimeError, match=r"wse:0 and cpu"):
+        a + torch.randn(3, 4)
+    # 0-dim CPU tensors mix with device tensors, as with CUDA.
+    b = a * torch.tensor(2.0)
+    torch.testing.assert_close(b.cpu(), a.cpu() * 2)
+
+
+def test_out_of_range_embedding_raises_index_error_not_a_crash():
+    weight = torch.randn(4, 3)
+    w = weight.to("wse")
+    bad = torch.tensor([0, 5]).to("wse")
+    out = torch.nn.functional.embedding(bad, w)
+    with pytest.raises(IndexError, match="out of bounds"):
+        out.cpu()
+    # The process lives on, and no materialised data was lost.
+    torch.testing.assert_close(w.cpu(), weight)
+    good = torch.nn.functional.embedding(torch.tensor([3, 1]).to("wse"), w)
+    torch.testing.assert_close(good.cpu(), weight[[3, 1]])
+
+
+def test_out_of_range_gather_raises_index_error():
+    x = torch.randn(3, 4).to("wse")
+    idx = torch.tensor([[0, 7]]).to("wse")
+    with pytest.raises(IndexError):
+        torch.gather(x, 1, idx).cpu()
