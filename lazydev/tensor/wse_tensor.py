@@ -56,7 +56,12 @@ class WseTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents=None):
         cpu = to_cpu(self, reason="print")
         contents = torch._tensor_str._tensor_str(cpu, len(f"tensor("))
-        return torch._tensor_str._str_intern(self, tensor_contents=contents)
+        text = torch._tensor_str._str_intern(self, tensor_contents=contents)
+        # PyTorch names subclasses in the prefix; a wse tensor prints as any device tensor does.
+        return text.replace(f"{type(self).__name__}(", "tensor(", 1)
+
+    def __bool__(self):
+        return bool(to_cpu(self, reason="bool"))
 
     def tolist(self):
         return to_cpu(self, reason="tolist").tolist()

@@ -1,0 +1,116 @@
+"""The wse device from a user's side: creation, transfers, printing, laziness, value semantics."""
+import pytest
+import torch
+
+import lazydev
+from conftest import assert_same
+
+
+def counters():
+    return lazydev.metrics.counters()
+
+
+def test_device_identity_and_module():
+    assert torch.device("wse").type == "wse"
+    assert torch.wse.is_available() and torch.wse.device_count() == 1
+    x = torch.randn(2, 3).wse()
+    assert x.device == torch.device("wse", 0)
+    assert x.to("cpu").device.type == "cpu"
+
+
+def test_factories():
+    torch.manual_seed(0)
+    a = torch.randn(3, 4, device="wse")
+    torch.manual_seed(0)
+    assert_same(a, torch.randn(3, 4))          # RNG comes from the CPU generator
+    assert_same(torch.zeros(2, 3, device="wse"), torch.zeros(2, 3))
+    assert_same(torch.ones(5, dtype=torch.int32, device="wse"), torch.ones(5, dtype=torch.int32))
+    assert_same(torch.arange(7, device="wse"), torch.arange(7))
+    assert_same(torch.arange(0.5, 3.0, 0.25, device="wse"), torch.arange(0.5, 3.0, 0.25))
+    assert_same(torch.full((2, 2), 3.5, device="wse"), torch.full((2, 2), 3.5))
+
+
+def test_print_shows_values_and_device():
+    x = torch.tensor([[1.5, 2.0], [3.0, 4.0]]).to("wse")
+    text = repr(x + 1)
+    assert text.startswith("tensor([[2.5000, 3.0000],")
+    assert "device='wse:0'" in text
+    assert counters()["sync_print"] == 1
+
+
+def test_recording_is_lazy_and_nothing_is_computed_twice():
+    x = torch.randn(64, 64).to("wse")
+    y = (x @ x).relu().sum(0)
+    z = y * 2
+    assert counters()["executions"] == 0
+    z_cpu = z.cpu()
+    assert counters()["executions"] == 1
+    y.cpu(), z.cpu(), z.tolist()                # both were computed by that one run
+    assert counters()["executions"] == 1
+    assert_same(z_cpu, ((x.cpu() @ x.cpu()).relu().sum(0)) * 2)
+
+
+@pytest.mark.parametrize("case", ["select_add_", "t_", "mul_", "slice_copy_", "view_chain"])
+def test_inplace_through_views_matches_cpu(case):
+    def run(device):
+        x = torch.arange(12.0).reshape(3, 4).to(device)
+        alias = x.view(4, 3)
+        if case == "select_add_":
+            x[:, 0].add_(1)
+        elif case == "t_":
+            x.t_()
+        elif case == "mul_":
+            x.mul_(0.9)
+        elif case == "slice_copy_":
+            x[1:, 2:].copy_(torch.full((2, 2), -1.0).to(device))
+        else:
+            x.view(12)[::5].sub_(100)
+        return x, alias
+    for a, b in zip(run("wse"), run("cpu")):
+        assert a.shape == b.shape and a.stride() == b.stride()
+        assert_same(a, b)
+
+
+def test_sync_points_materialise():
+    x = torch.tensor([1.0, -2.0, 3.0]).to("wse")
+    assert (x.abs().sum()).item() == 6.0
+    assert x.tolist() == [1.0, -2.0, 3.0]
+    assert bool((x > 0).any())
+    if (x < -5).any():
+        pytest.fail("bool() of a wse tensor read the wrong value")
+    assert x.cpu().numpy().tolist() == [1.0, -2.0, 3.0]
+    c = counters()
+    assert c["sync_item"] == 1 and c["sync_bool"] == 2 and c["syncs"] == 3
+
+
+def test_numpy_of_a_wse_tensor_says_what_to_do():
+    with pytest.raises(TypeError, match=r"Tensor.cpu\(\)"):
+        torch.ones(2, device="wse").numpy()
+
+
+def test_unlowered_op_falls_back_counted_and_logged(capsys):
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0]).to("wse")
+    lazydev.config(log="fallback")
+    try:
+        nz = torch.nonzero(x)                   # data-dependent shape: CPU kernel
+    finally:
+        lazydev.config(log="")
+    assert_same(nz, torch.tensor([[1], [3]]))
+    assert counters()["fallbacks"].get("aten.nonzero.default") == 1
+    assert "test_device.py" in capsys.readouterr().err
+
+
+def test_metrics_counters_have_the_documented_keys():
+    c = counters()
+    for key in ("compilations", "cache_hits", "cache_misses", "fallbacks", "syncs", "executions"):
+        assert key in c
+    assert isinstance(c["fallbacks"], dict)
+
+
+def test_autograd_through_wse():
+    w = torch.randn(4, 3, requires_grad=True)
+    ww = w.detach().to("wse").requires_grad_()
+    x = torch.randn(5, 4)
+    (x @ w).tanh().sum().backward()
+    (x.to("wse") @ ww).tanh().sum().backward()
+    assert_same(ww.grad, w.grad)
