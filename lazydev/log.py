@@ -8,14 +8,18 @@ from .config import config
 
 _console = None
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_SKIP = (_PKG_DIR, os.path.dirname(os.path.abspath(__import__("torch").__file__)))
+# Frames inside these are lazydev's or torch's own; examples.py and demo.py are user code.
+_SKIP = tuple(os.path.join(_PKG_DIR, d) + os.sep for d in ("tensor", "trace", "compile", "runtime")) \
+    + tuple(os.path.join(_PKG_DIR, f) for f in ("__init__.py", "log.py", "metrics.py")) \
+    + (os.path.dirname(os.path.abspath(__import__("torch").__file__)),)
 
 
 def console():
     global _console
     if _console is None:
         from rich.console import Console
-        _console = Console(stderr=True)
+        # Logs piped to a file or captured keep whole lines (rich would wrap them at 80).
+        _console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
     return _console
 
 

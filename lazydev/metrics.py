@@ -1,11 +1,19 @@
-"""Counters and timings. `counters()` for scripts and tests, `report()` for people."""
+"""Counters, timings, the sync ledger and per-step time split.
+
+`counters()` is for scripts and tests; `report()` prints everything as rich tables for people.
+"""
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import warnings
+from collections import Counter, defaultdict, deque
 
 _counts: Counter = Counter()
 _fallbacks: Counter = Counter()
 _times: defaultdict = defaultdict(float)
+_ledger: Counter = Counter()          # (reason, source line) -> implicit syncs
+_ledger_steps: defaultdict = defaultdict(set)
+_steps: deque = deque(maxlen=1000)     # per-step time split, newest last
+_warned: set = set()
 
 
 def count(name: str, n: int = 1) -> None:
@@ -20,9 +28,24 @@ def add_time(name: str, seconds: float) -> None:
     _times[name] += seconds
 
 
+def ledger(reason: str, where: str, step: int) -> None:
+    _ledger[(reason, where)] += 1
+    _ledger_steps[(reason, where)].add(step)
+
+
+def step(record: dict) -> None:
+    _steps.append(record)
+
+
+def warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, stacklevel=4)
+
+
 def counters() -> dict:
-    """A snapshot: compilations, cache_hits, cache_misses, syncs, executions, fallbacks (per op,
-    a dict), and the rest of what was counted."""
+    """A snapshot: compilations, cache_hits, cache_misses, disk_cache_hits, syncs, executions,
+    fallbacks (per op, a dict), sync_<reason> per implicit sync kind, bytes moved."""
     out = {k: 0 for k in ("compilations", "cache_hits", "cache_misses", "disk_cache_hits",
                           "syncs", "executions")}
     out.update(_counts)
@@ -34,34 +57,59 @@ def timings() -> dict:
     return dict(_times)
 
 
+def sync_ledger() -> dict:
+    """(reason, user source line) -> number of implicit syncs there."""
+    return dict(_ledger)
+
+
+def steps() -> list:
+    """Per mark_step: trace_s, compile_s, execute_s, transfer_s, total_s, implicit_syncs."""
+    return list(_steps)
+
+
 def reset() -> None:
-    _counts.clear()
-    _fallbacks.clear()
-    _times.clear()
+    for c in (_counts, _fallbacks, _times, _ledger, _ledger_steps, _warned):
+        c.clear()
+    _steps.clear()
+
+
+def _table(title, columns, rows):
+    from rich.table import Table
+    t = Table(title=title)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
 
 
 def report(console=None) -> None:
-    """Print counters, fallbacks and timings as rich tables."""
+    """Print counters, fallbacks, the sync ledger, the compile-cache table and timings."""
     from rich.console import Console
-    from rich.table import Table
+    from . import compile as _compile
     console = console or Console()
-    table = Table(title="lazydev counters")
-    table.add_column("counter")
-    table.add_column("value", justify="right")
-    for k, v in sorted(counters().items()):
-        if k != "fallbacks":
-            table.add_row(k, str(v))
-    console.print(table)
+    console.print(_table("lazydev counters", ["counter", "value"],
+                         [(k, v) for k, v in sorted(counters().items()) if k != "fallbacks"]))
     if _fallbacks:
-        fb = Table(title="CPU fallbacks")
-        fb.add_column("op")
-        fb.add_column("count", justify="right")
-        for k, v in _fallbacks.most_common():
-            fb.add_row(k, str(v))
-        console.print(fb)
-    tt = Table(title="time (s)")
-    tt.add_column("phase")
-    tt.add_column("seconds", justify="right")
-    for k, v in sorted(_times.items()):
-        tt.add_row(k, f"{v:.4f}")
-    console.print(tt)
+        console.print(_table("CPU fallbacks", ["op", "count"], _fallbacks.most_common()))
+    if _ledger:
+        rows = [(r, w, n, len(_ledger_steps[(r, w)])) for (r, w), n in _ledger.most_common()]
+        console.print(_table("implicit syncs (sync ledger)",
+                             ["reason", "source line", "syncs", "steps"], rows))
+    progs = _compile.programs()
+    if progs:
+        rows = [(p.get("key"), p.get("where"), p["nodes"], p["kernels"], p.get("source"),
+                 f"{p.get('compile_s', 0) * 1e3:.1f}", p["hits"], p["runs"],
+                 f"{p['execute_s'] * 1e3:.2f}") for p in progs]
+        console.print(_table("compile cache (this process)",
+                             ["graph", "first cut at", "nodes", "kernels", "built", "compile ms",
+                              "hits", "runs", "execute ms"], rows))
+    if _steps:
+        last = list(_steps)[-5:]
+        rows = [(s["step"], *(f"{s[k] * 1e3:.2f}" for k in
+                ("trace_s", "compile_s", "execute_s", "transfer_s", "total_s")),
+                 s["implicit_syncs"]) for s in last]
+        console.print(_table("last steps (ms)", ["step", "trace", "compile", "execute",
+                                                 "transfer", "total", "implicit syncs"], rows))
+    console.print(_table("time (s)", ["phase", "seconds"],
+                         [(k, f"{v:.4f}") for k, v in sorted(_times.items())]))

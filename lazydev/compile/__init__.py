@@ -2,12 +2,14 @@
 plan memory, generate C, build; then run on the device runtime."""
 from __future__ import annotations
 
-import os
+import atexit
 import time
+import warnings
 
-from .. import log, metrics
+from .. import metrics
+from ..config import config
 from ..runtime import Buffer, Program, prefix_source
-from ..trace.ir import Node
+from ..trace.ir import Node, Op
 from . import cache, passes
 from .cexpr import CodegenUnsupported
 from .program import Layout, generate
@@ -21,6 +23,7 @@ class Compiled:
     def __init__(self, program: Program, layout: Layout, source: str):
         self.program, self.layout, self.source = program, layout, source
         self.arena = None
+        self.stats = {"hits": 0, "runs": 0, "execute_s": 0.0}
 
     def execute(self, inputs: list, scalars: list) -> list:
         lay = self.layout
@@ -34,21 +37,62 @@ class Compiled:
 
 
 _programs: dict = {}       # graph key -> Compiled
-_by_structure: dict = {}   # structure hash (ops and dtypes, no shapes) -> last Layout
-last_compiled: dict = {}   # for debugging: the last graph compiled (source, layout)
+_structures: dict = {}     # structure hash (ops and dtypes, no shapes) -> [compiles, last specs]
+last_compiled: dict = {}   # the last graph compiled: source, layout, outputs (lazydev.debug)
 
 
-def compile_graph(outputs: list[Node]) -> tuple[Compiled, bool]:
+class RecompileLimitError(RuntimeError):
+    pass
+
+
+def _structure(order: list[Node]) -> tuple[int, list]:
+    """Shape-free identity of a graph, and its inputs' (slot, shape, dtype). An input read
+    with several shapes (a bias as [n] and as [1, n]) is described by its largest-rank one."""
+    best: dict = {}
+    for n in order:
+        if n.op is Op.DATA and (n.arg not in best or len(n.shape) > len(best[n.arg][0])):
+            best[n.arg] = (n.shape, n.dtype)
+    specs = [(slot, shape, dt) for slot, (shape, dt) in sorted(best.items())]
+    return hash(tuple((n.op, n.dtype) for n in order)), specs
+
+
+def _changed(prev_specs: list, specs: list) -> list:
+    """(slot, dtype, old shape, new shape) for inputs whose shape differs: why it recompiled."""
+    old = {slot: shape for slot, shape, _ in prev_specs}
+    return [(slot, dt, old[slot], shape) for slot, shape, dt in specs
+            if slot in old and old[slot] != shape]
+
+
+def _count_structure(order: list[Node], info: dict) -> None:
+    """Track compiles per structure: explain, warn on churn, enforce the recompile limit."""
+    structure, specs = _structure(order)
+    entry = _structures.setdefault(structure, [0, specs])
+    info["changed"] = _changed(entry[1], specs) if entry[0] else []
+    limit = config.recompile_limit
+    if limit is not None and entry[0] >= limit:
+        changes = "; ".join(f"input {s}: {list(o)} -> {list(n)}" for s, _, o, n in info["changed"])
+        raise RecompileLimitError(
+            f"this graph has been compiled {entry[0]} times (recompile_limit={limit}) with "
+            f"different shapes ({changes or 'shapes or constants changed'}); pad inputs to a "
+            "few fixed sizes, or raise lazydev.config(recompile_limit=...)")
+    entry[0] += 1
+    entry[1] = specs
+    if entry[0] == config.recompile_warn:
+        warnings.warn(f"lazydev: one graph structure has been compiled {entry[0]} times because "
+                      "input shapes keep changing; pad inputs to a few bucket sizes so that "
+                      "programs are reused", stacklevel=4)
+
+
+def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:
     """Pipeline on a miss. Returns the compiled program and whether gcc ran."""
     outs = passes.canonicalise(outputs)        # fold movement, CSE
     order, realized = passes.schedule(outs)    # choose buffers; the rest fuses inline
     passes.check(order, "schedule")
+    _count_structure(order, info)              # recompile reasons and limits
     source, layout = generate(outs, order, realized, prefix_source())   # memory plan + C
-    if os.environ.get("LAZYDEV_DUMP_C"):
-        with open(os.environ["LAZYDEV_DUMP_C"], "a") as f:
-            f.write(source + "\n/* ---- */\n")
-    program, built = cache.load_or_build(source, Program)              # disk cache or gcc
-    layout.structure = hash(tuple((n.op, n.dtype) for n in order))
+    summary = {"nodes": layout.nodes, "kernels": layout.kernels, "inputs": len(layout.input_slots),
+               "outputs": len(layout.out_map), "where": info.get("where")}
+    program, built = cache.load_or_build(source, Program, summary)     # disk cache or gcc
     last_compiled.update(source=source, layout=layout, outputs=outs)
     return Compiled(program, layout, source), built
 
@@ -61,36 +105,43 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict) -> l
     if compiled is None:
         metrics.count("cache_misses")
         t0 = time.perf_counter()
-        compiled, built = compile_graph(outputs)
+        compiled, built = compile_graph(outputs, info)
         dt = time.perf_counter() - t0
         metrics.add_time("compile", dt)
         metrics.count("compilations" if built else "disk_cache_hits")
         info.update(cache="miss" if built else "disk hit", compile_s=dt)
-        info["changed"] = _changed_inputs(compiled.layout)
+        compiled.stats.update(key=info["graph_key"], compile_s=dt, source=info["cache"],
+                              where=info.get("where"))
         _programs[key] = compiled
     else:
         metrics.count("cache_hits")
         info["cache"] = "hit"
+        compiled.stats["hits"] += 1
     info["nodes"], info["kernels"] = compiled.layout.nodes, compiled.layout.kernels
     t0 = time.perf_counter()
     result = compiled.execute(inputs, scalars)
     info["execute_s"] = time.perf_counter() - t0
+    compiled.stats["runs"] += 1
+    compiled.stats["execute_s"] += info["execute_s"]
     metrics.add_time("execute", info["execute_s"])
     metrics.count("executions")
-    info["layout"] = compiled.layout
     return result
 
 
-def _changed_inputs(layout: Layout) -> list:
-    """(slot, dtype, old shape, new shape) for the inputs that differ from the last program
-    compiled for the same structure: why this graph recompiled."""
-    prev = _by_structure.get(layout.structure)
-    _by_structure[layout.structure] = layout
-    if prev is None:
-        return []
-    old = {slot: (shape, dt) for slot, shape, dt in prev.input_specs}
-    return [(slot, dt, old[slot][0], shape) for slot, shape, dt in layout.input_specs
-            if slot in old and old[slot][0] != shape]
+def programs() -> list[dict]:
+    """Per program compiled in this process: key, where it was first cut, nodes, kernels,
+    compile time, cache hits, runs, execute time (the compile-cache table)."""
+    return [dict(c.stats, nodes=c.layout.nodes, kernels=c.layout.kernels)
+            for c in _programs.values()]
+
+
+@atexit.register
+def _persist() -> None:
+    c = metrics.counters()
+    try:
+        cache.persist_stats(c["cache_hits"], c["compilations"], c["disk_cache_hits"])
+    except OSError:
+        pass
 
 
 def upload(cpu_tensor) -> Buffer:
@@ -111,3 +162,4 @@ def download(buf: Buffer, dtype, numel: int):
 
 def clear_memory_cache() -> None:
     _programs.clear()
+    _structures.clear()

@@ -3,20 +3,36 @@
 Note [Two keys]
 In memory, a program is found by the graph key (trace/ir.py Note [IR keys]) in O(#outputs).
 On a memory miss the graph is code-generated (milliseconds) and the shared object is found on
-disk by a content key built from named parts: the C source (which carries every shape, dtype and
-the codegen's choices), the codegen version, the compiler's identity and flags, the CPU features
-`-march=native` targets, and the lazydev version. The source stands in for the graph, so two
-graphs that generate the same code share one object.
+disk by a content key built from named parts: the C source (which carries every shape, dtype, the
+runtime's prefix header and the codegen's choices), the codegen version, the compiler's identity
+and flags, the CPU features `-march=native` targets, and the lazydev version. The source stands in
+for the graph, so two graphs that generate the same code share one object.
+
+Note [Disk entries]
+An entry is `<dir>/<k[:2]>/<k>.so` plus `<k>.json` (sha256 and size of the .so, when it was
+built, the compile command, graph summary). Both are written to temporary files and renamed into
+place, so a reader sees a whole file or none, and two processes building the same key at once
+both succeed (the second rename wins; the contents are equivalent). An entry whose .so does not
+match its recorded hash (truncated, corrupted) is reported, deleted and rebuilt, never loaded.
+The directory is bounded: after a write, least-recently-used entries are evicted past the cap.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
+import time
+import warnings
 
 from ..config import config
 from . import build
 
 CODEGEN_VERSION = "1"
+
+
+class CacheCorruptionWarning(UserWarning):
+    pass
 
 
 def key_parts(source: str) -> list:
@@ -45,21 +61,137 @@ def so_path(key: str) -> str:
     return os.path.join(config.cache_dir, key[:2], key + ".so")
 
 
-def load_or_build(source: str, load):
+def _file_sha(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _valid(path: str) -> bool:
+    """The entry's .so matches its recorded hash; warns and deletes a bad entry."""
+    meta_path = path[:-3] + ".json"
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+        ok = os.path.getsize(path) == meta["size"] and _file_sha(path) == meta["sha256"]
+    except (OSError, ValueError, KeyError):
+        ok = False
+    if not ok:
+        warnings.warn(f"lazydev: compile cache entry {os.path.basename(path)} is truncated or "
+                      "corrupt; it is removed and rebuilt", CacheCorruptionWarning, stacklevel=2)
+        for p in (path, meta_path):
+            if os.path.exists(p):
+                os.unlink(p)
+    return ok
+
+
+def load_or_build(source: str, load, summary: dict | None = None):
     """(program, built: bool). `load(path)` opens a shared object."""
     key = content_key(source)
-    if config.disk_cache:
-        path = so_path(key)
-        if os.path.exists(path):
+    if not config.disk_cache:
+        tmp = os.path.join(tempfile.gettempdir(), f"lazydev-{os.getpid()}-{key}.so")
+        build.build(source, tmp)
+        try:
+            return load(tmp), True
+        finally:
+            os.unlink(tmp)
+    path = so_path(key)
+    if os.path.exists(path) and _valid(path):
+        os.utime(path)                   # LRU: mtime is the last use
+        return load(path), False
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    part = f"{path}.{os.getpid()}.part"     # per process: two builders never share a file
+    build.build(source, part)
+    _record_and_publish(path, part, summary or {})
+    evict()
+    return load(path), True
+
+
+def _record_and_publish(path: str, part: str, summary: dict) -> None:
+    # The json describes the .so about to appear; write it first so a reader never finds a
+    # .so without its checksum (it would take it for corrupt and rebuild: safe, only slower).
+    meta = dict(summary, sha256=_file_sha(part), size=os.path.getsize(part), built=time.time(),
+                command=" ".join(build.command("<source>.c", os.path.basename(path))))
+    _write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
+    os.replace(part, path)
+
+
+def entries() -> list[dict]:
+    """Every entry on disk: key, path, size, last use, and its recorded summary."""
+    out = []
+    root = config.cache_dir
+    if not os.path.isdir(root):
+        return out
+    for sub in sorted(os.listdir(root)):
+        d = os.path.join(root, sub)
+        if len(sub) != 2 or not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            if not name.endswith(".so"):
+                continue
+            path = os.path.join(d, name)
             try:
-                return load(path), False
-            except Exception:
-                os.unlink(path)          # unreadable: rebuild it below
-        build.build(source, path)
-        return load(path), True
-    tmp = os.path.join(config.cache_dir, "nocache", key + ".so")
-    build.build(source, tmp)
+                with open(path[:-3] + ".json") as f:
+                    meta = json.load(f)
+            except (OSError, ValueError):
+                meta = {}
+            st = os.stat(path)
+            out.append(dict(meta, key=name[:-3], path=path, bytes=st.st_size, used=st.st_mtime))
+    return out
+
+
+def evict(cap: int | None = None) -> int:
+    """Remove least-recently-used entries until the cache is under `cap` bytes."""
+    cap = config.cache_max_bytes if cap is None else cap
+    items = sorted(entries(), key=lambda e: e["used"])
+    total = sum(e["bytes"] for e in items)
+    removed = 0
+    while items and total > cap:
+        e = items.pop(0)
+        for p in (e["path"], e["path"][:-3] + ".json"):
+            if os.path.exists(p):
+                os.unlink(p)
+        total -= e["bytes"]
+        removed += 1
+    return removed
+
+
+def clear() -> int:
+    return evict(cap=0)
+
+
+def stats_path() -> str:
+    return os.path.join(config.cache_dir, "stats.json")
+
+
+def persist_stats(hits: int, misses: int, disk_hits: int) -> None:
+    """Add this process's counts to the totals kept in the cache directory."""
+    if not config.disk_cache or not (hits or misses or disk_hits):
+        return
+    os.makedirs(config.cache_dir, exist_ok=True)
+    import fcntl
+    with open(stats_path() + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(stats_path()) as f:
+                totals = json.load(f)
+        except (OSError, ValueError):
+            totals = {}
+        for k, v in (("memory_hits", hits), ("compilations", misses), ("disk_hits", disk_hits)):
+            totals[k] = totals.get(k, 0) + v
+        totals["processes"] = totals.get("processes", 0) + 1
+        _write_atomic(stats_path(), json.dumps(totals).encode())
+
+
+def persisted_stats() -> dict:
     try:
-        return load(tmp), True
-    finally:
-        os.unlink(tmp)
+        with open(stats_path()) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}

@@ -1,7 +1,7 @@
 """From a canonical, scheduled graph to one C translation unit and its run-time binding."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..trace.ir import Node, Op
 from . import cexpr
@@ -20,8 +20,6 @@ class Layout:
     arena_bytes: int
     kernels: int
     nodes: int
-    input_specs: list = field(default_factory=list)   # (slot, shape, dtype) per input
-    structure: int = 0                                 # hash of ops and dtypes, no shapes
 
 
 def _reads(order: list[Node], realized: set) -> dict:
@@ -108,12 +106,7 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str)
         parts.append(emit_kernel(f"k{i}", n, ptrs, realized))
         calls.append(f"  if ((rc = k{i}(lib, bufs, arena, sc, errinfo))) return rc;")
     parts.append(_entry(nin + len(out_nbytes), calls))
-    specs = []
-    for n in datas:
-        if n.arg not in {s for s, _, _ in specs}:
-            specs.append((n.arg, n.shape, n.dtype))
-    layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order),
-                    sorted(specs, key=lambda s: s[0]))
+    layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order))
     return "\n".join(parts), layout
 
 

@@ -37,6 +37,16 @@ class _WseModule:
         pass
 
     @staticmethod
+    def get_rng_state(device=None) -> torch.Tensor:
+        # The wse generator is the CPU generator (see manual_seed_all); code that saves and
+        # restores the accelerator's state (torch.random.fork_rng, freeze_rng_state) needs this.
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state, device=None) -> None:
+        torch.set_rng_state(state)
+
+    @staticmethod
     def synchronize(device=None) -> None:
         from .. import wait
         wait()

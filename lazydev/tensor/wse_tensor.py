@@ -117,8 +117,7 @@ def from_cpu(cpu: torch.Tensor) -> WseTensor:
 def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     """Materialise `t` (a sync if it is pending) and copy it to a new contiguous CPU tensor."""
     st = t._st
-    if st.node is not None or st.buf is None:
-        sync.sync(reason)
+    sync.sync(reason, needed=st.node is not None or st.buf is None)
     if st.buf is None:
         raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
     flat = sync.download(st.buf, st.dtype, st.numel)

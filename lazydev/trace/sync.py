@@ -3,30 +3,69 @@
 Every sync (mark_step, .item(), .cpu(), print, bool, a CPU fallback, a data-dependent shape)
 computes every pending live tensor at once, so a later sync never recomputes a value, and then
 starts a new trace. Device buffers are immutable, so results simply replace pending values.
+
+Note [Sync ledger]
+Every sync other than mark_step is implicit: the user may not know it happens, and each one
+splits a step into several programs. They are counted per (reason, user source line) for the
+current step and in total (metrics.ledger); strict mode raises at the first one, naming its line.
 """
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from .. import compile as _compile
 from .. import log, metrics
+from ..config import config
 from . import state
 
 upload = _compile.upload
 download = _compile.download
 
 
-def sync(reason: str) -> None:
+class StrictSyncError(RuntimeError):
+    pass
+
+
+_step = {"start": time.perf_counter(), "compile": 0.0, "execute": 0.0, "syncs": Counter(),
+         "index": 0, "transfer": 0.0}
+
+
+def sync(reason: str, needed: bool = True) -> None:
+    """Cut the trace. With needed=False (a read of values already on the device) only the
+    ledger and strict mode see it; nothing pending is computed."""
+    where = log.user_frame()
+    implicit = reason != "mark_step"
+    if implicit:
+        _note_implicit(reason, where)
+    if not needed:
+        return
+    metrics.count("syncs")
     tr = state.current()
     pending = state.pending_storages()
-    metrics.count("syncs")
-    if reason != "mark_step":
-        metrics.count(f"sync_{reason.split(':')[0]}")
-    if not pending:
+    if pending:
+        _run(pending, tr, reason, where)
+    else:
         state.new_trace()
-        return
-    where = log.user_frame()
-    info: dict = {}
+    if not implicit:
+        _end_step()
+
+
+def _note_implicit(reason: str, where: str) -> None:
+    kind = reason.split(":")[0]
+    if config.strict_syncs:
+        raise StrictSyncError(
+            f"implicit sync ({reason}) at {where}: strict_syncs is on, so only "
+            "lazydev.mark_step() may cut the trace; move the read after mark_step() or turn "
+            "strict mode off with lazydev.config(strict_syncs=False)")
+    metrics.count(f"sync_{kind}")
+    metrics.ledger(kind, where, _step["index"])
+    _step["syncs"][(kind, where)] += 1
+    log.emit("sync", f"implicit sync: [bold]{reason}[/] at [green]{where}[/]")
+
+
+def _run(pending, tr, reason, where) -> None:
+    info: dict = {"where": where}
     outputs = [st.node for st in pending]
     state.new_trace()            # ops recorded from here on belong to the next trace
     try:
@@ -36,6 +75,8 @@ def sync(reason: str) -> None:
         raise
     for st, buf in zip(pending, buffers):
         st.materialise(buf)
+    _step["compile"] += info.get("compile_s", 0.0)
+    _step["execute"] += info.get("execute_s", 0.0)
     _log_cut(reason, where, len(pending), info, tr)
 
 
@@ -48,20 +89,47 @@ def _revert(pending, error) -> None:
             st.error = f"{type(error).__name__}: {error}"
 
 
+def _end_step() -> None:
+    """Close a step (at mark_step): record its time split and warn if tracing dominates."""
+    now = time.perf_counter()
+    transfer = metrics.timings().get("transfer", 0.0)
+    total = now - _step["start"]
+    record = {"step": _step["index"], "total_s": total, "compile_s": _step["compile"],
+              "execute_s": _step["execute"], "transfer_s": transfer - _step["transfer"],
+              "implicit_syncs": sum(_step["syncs"].values())}
+    record["trace_s"] = max(0.0, total - record["compile_s"] - record["execute_s"]
+                            - record["transfer_s"])
+    metrics.step(record)
+    if _step["index"] >= 2 and record["trace_s"] > record["execute_s"] and record["compile_s"] == 0:
+        metrics.warn_once("tracing-bound", "lazydev: the step is tracing-bound (recording ops in "
+                          f"Python took {record['trace_s'] * 1e3:.1f} ms, executing "
+                          f"{record['execute_s'] * 1e3:.1f} ms); larger batches amortise it")
+    _step.update(start=now, compile=0.0, execute=0.0, syncs=Counter(), index=_step["index"] + 1,
+                 transfer=transfer)
+
+
 def _log_cut(reason, where, n_out, info, tr) -> None:
     if info.get("changed"):
         metrics.count("recompiles_shape")
-    if not log.enabled("trace") and not (log.enabled("cache") and info.get("cache") != "hit"):
-        return
-    parts = [f"cut by [bold]{reason}[/] at [green]{where}[/]", f"nodes={info.get('nodes')}",
-             f"kernels={info.get('kernels')}", f"outputs={n_out}", f"graph={info.get('graph_key')}",
-             f"cache={info.get('cache')}"]
-    if "compile_s" in info:
-        parts.append(f"compile={info['compile_s'] * 1e3:.1f}ms")
-    parts.append(f"execute={info.get('execute_s', 0) * 1e3:.2f}ms")
-    log.emit("trace" if log.enabled("trace") else "cache", " ".join(parts))
-    for slot, dt, old, new in info.get("changed", []):
+    show_cache = log.enabled("cache") and info.get("cache") != "hit"
+    if log.enabled("trace") or show_cache:
+        parts = [f"cut by [bold]{reason}[/] at [green]{where}[/]", f"nodes={info.get('nodes')}",
+                 f"kernels={info.get('kernels')}", f"outputs={n_out}",
+                 f"graph={info.get('graph_key')}", f"cache={info.get('cache')}"]
+        if "compile_s" in info:
+            parts.append(f"compile={info['compile_s'] * 1e3:.1f}ms")
+        parts.append(f"execute={info.get('execute_s', 0) * 1e3:.2f}ms")
+        log.emit("trace" if log.enabled("trace") else "cache", " ".join(parts))
+    if show_cache and info.get("changed"):
+        log.emit("cache", _recompile_tree(info, tr, where))
+
+
+def _recompile_tree(info, tr, where):
+    from rich.tree import Tree
+    tree = Tree(f"recompiled graph {info.get('graph_key')} (cut at {where}): input shapes changed")
+    for slot, dt, old, new in info["changed"]:
         origin = tr.origins[slot] if slot < len(tr.origins) else None
-        log.emit("cache", f"  recompiled: input {slot} ({str(dt).replace('torch.', '')}"
-                 f"{', from ' + origin if origin else ''}) changed shape "
+        dtype = str(dt).replace("torch.", "")
+        tree.add(f"input {slot} ({dtype}{', from ' + origin if origin else ''}) changed shape "
                  f"{list(old)} -> {list(new)}")
+    return tree
