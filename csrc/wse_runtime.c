@@ -153,3 +153,17 @@ int wse_blas_load(const char* path) {
   wse_kernels_set_blas((wse_sgemm_fn)s, (wse_dgemm_fn)d);
   return 0;
 }
+
+/* ---- start-up --------------------------------------------------------------- */
+
+/* Device initialisation: start the OpenMP thread pool and let OpenBLAS allocate its buffers
+   now (tens of milliseconds on first use), not inside the first step's program. */
+void wse_warmup(void) {
+  float a[64 * 64], c[64 * 64];
+  for (int i = 0; i < 64 * 64; i++) a[i] = 0.0f;
+  wse_kernels_lib.gemm_f32(1, 0, 0, 64, 64, 64, 1.0f, a, 64, 0, a, 64, 0, 0.0f, c, 64, 0);
+  volatile int sink = 0;
+  #pragma omp parallel
+  { sink += 0; }
+  (void)sink;
+}

@@ -36,4 +36,7 @@ def sync(tensors=None) -> None:
     _sync.sync("sync")
 
 
-__all__ = ["mark_step", "wait", "sync", "metrics", "config", "WseTensor", "__version__"]
+from . import debug  # noqa: E402
+
+
+__all__ = ["debug", "mark_step", "wait", "sync", "metrics", "config", "WseTensor", "__version__"]

@@ -12,6 +12,7 @@ import sys
 # command -> (module under lazydev, one-line help).
 COMMANDS = {
     "demo": ("demo", "train an MLP and a transformer on wse and on CPU, compare the losses"),
+    "cache": ("cache_cli", "look into the on-disk compile cache: ls, show KEY, clear, stats"),
 }
 
 

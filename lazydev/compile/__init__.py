@@ -112,6 +112,8 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict) -> l
         info.update(cache="miss" if built else "disk hit", compile_s=dt)
         compiled.stats.update(key=info["graph_key"], compile_s=dt, source=info["cache"],
                               where=info.get("where"))
+        last_compiled.update(inputs=[inputs[s] for s in compiled.layout.input_slots],
+                             scalars=list(scalars))
         _programs[key] = compiled
     else:
         metrics.count("cache_hits")

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import platform
+import shutil
 import subprocess
 import tempfile
 
@@ -17,25 +20,43 @@ class CompileError(RuntimeError):
 
 @functools.lru_cache(maxsize=None)
 def compiler_identity() -> str:
-    """Compiler path and version line: part of every cache key."""
+    """Compiler path, version line and binary identity: part of every cache key. The version
+    is asked once per compiler binary and remembered next to the cache (starting gcc costs
+    milliseconds that a warm start should not pay)."""
+    path = shutil.which(CC)
+    if path is None:
+        raise CompileError(f"the C compiler {CC!r} was not found; install gcc or set CC")
+    st = os.stat(os.path.realpath(path))
+    stamp = f"{os.path.realpath(path)}|{st.st_size}|{int(st.st_mtime)}"
+    memo = os.path.join(tempfile.gettempdir(), "lazydev-cc-" + hashlib.sha256(
+        stamp.encode()).hexdigest()[:16])
+    try:
+        with open(memo) as f:
+            return f.read()
+    except OSError:
+        pass
     try:
         out = subprocess.run([CC, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
         raise CompileError(f"the C compiler {CC!r} is not usable ({e}); install gcc or set CC") from e
-    return f"{CC}|{out.stdout.splitlines()[0]}"
+    ident = f"{stamp}|{out.stdout.splitlines()[0]}"
+    with open(memo, "w") as f:
+        f.write(ident)
+    return ident
 
 
 @functools.lru_cache(maxsize=None)
 def cpu_features() -> str:
-    """What -march=native means here: the code is only valid on CPUs with these features."""
+    """What -march=native can use here: the model name and flags of this CPU."""
     try:
-        out = subprocess.run([CC, "-march=native", "-Q", "--help=target"], capture_output=True,
-                             text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    enabled = [ln.split()[0] for ln in out.splitlines() if "[enabled]" in ln]
-    march = [ln.split()[-1] for ln in out.splitlines() if ln.strip().startswith("-march=")]
-    return ",".join(march[:1] + enabled)
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return platform.machine()
+    first = text.split("\n\n")[0]
+    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    picked = [fields.get(k, "").strip() for k in ("vendor_id", "model name", "flags")]
+    return platform.machine() + "|" + "|".join(picked)
 
 
 def command(src: str, out: str) -> list[str]:

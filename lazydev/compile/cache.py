@@ -91,6 +91,32 @@ def _valid(path: str) -> bool:
     return ok
 
 
+_loaded: dict = {}       # path -> (inode, program) of shared objects this process has opened
+
+
+def _open(path: str, load):
+    """dlopen caches by path: a file replaced at a path this process already opened would come
+    back as the old mapping (a truncated one faults). A new inode is opened under its own name."""
+    inode = os.stat(path).st_ino
+    seen = _loaded.get(path)
+    if seen is not None and seen[0] == inode:
+        return seen[1]
+    target = path
+    if seen is not None:
+        target = os.path.join(tempfile.mkdtemp(prefix="lazydev-"), os.path.basename(path))
+        _copy(path, target)
+    program = load(target)
+    _loaded[path] = (inode, program)
+    return program
+
+
+def _copy(src: str, dst: str) -> None:
+    with open(src, "rb") as f:
+        data = f.read()
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
 def load_or_build(source: str, load, summary: dict | None = None):
     """(program, built: bool). `load(path)` opens a shared object."""
     key = content_key(source)
@@ -104,13 +130,13 @@ def load_or_build(source: str, load, summary: dict | None = None):
     path = so_path(key)
     if os.path.exists(path) and _valid(path):
         os.utime(path)                   # LRU: mtime is the last use
-        return load(path), False
+        return _open(path, load), False
     os.makedirs(os.path.dirname(path), exist_ok=True)
     part = f"{path}.{os.getpid()}.part"     # per process: two builders never share a file
     build.build(source, part)
     _record_and_publish(path, part, summary or {})
     evict()
-    return load(path), True
+    return _open(path, load), True
 
 
 def _record_and_publish(path: str, part: str, summary: dict) -> None:

@@ -32,6 +32,7 @@ void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
 int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo);
 int     wse_blas_load(const char* path);
 const char* wse_prefix_source(void);
+void    wse_warmup(void);
 """
 
 

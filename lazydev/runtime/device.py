@@ -54,6 +54,7 @@ def _load_blas() -> str:
 
 
 blas_library_path = _load_blas()
+lib.wse_warmup()    # device initialisation: thread pool and BLAS buffers, before any step
 
 
 class DeviceOutOfMemoryError(RuntimeError):

@@ -172,9 +172,19 @@ def functional_variant(func):
     if name.endswith("_"):
         packet = getattr(aten, name[:-1], None)
         if packet is not None:
-            found = getattr(packet, func._overloadname, None)
+            # Match by argument types, not overload name: pow_.Scalar(Tensor, Scalar) is
+            # pow.Tensor_Scalar, while pow.Scalar is (Scalar, Tensor).
+            want = _arg_types(func)
+            names = [func._overloadname] + [o for o in packet.overloads()
+                                            if o != func._overloadname]
+            found = next((getattr(packet, o) for o in names if hasattr(packet, o)
+                          and _arg_types(getattr(packet, o)) == want), None)
     _functional_cache[func] = found
     return found
+
+
+def _arg_types(func) -> list:
+    return [str(a.type) for a in func._schema.arguments]
 
 
 def _mutated_positions(func):

@@ -35,7 +35,37 @@ class Trace:
         self.origins: list = []         # per DATA slot: user source line of its upload, if known
         self.scalars: list = []         # Python floats, by SCALAR slot
         self.live = weakref.WeakValueDictionary()   # serial -> pending Storage
-        self.nodes = 0                  # ops recorded (for the runaway-trace guard)
+        self.nodes = 0                  # ops dispatched
+        self.writes = 0                 # pending values created (for the runaway-trace guard)
+        self.guard_at = _guard_threshold(0)
+
+
+def _guard_threshold(writes: int) -> int:
+    from ..config import config
+    return config.trace_warn_ops if writes < config.trace_warn_ops else config.trace_max_ops
+
+
+_warned_runaway = set()
+cut_hook = None     # set by trace/sync.py: cut the trace (state cannot import sync)
+
+
+def runaway_guard(tr) -> None:
+    """A trace that grows without a sync: warn once at the soft bound (with the line where it
+    grows), cut it at the hard bound."""
+    import warnings
+    from ..config import config
+    from ..log import user_frame
+    where = user_frame()
+    if tr.writes >= config.trace_max_ops and cut_hook is not None:
+        tr.guard_at = 1 << 62
+        cut_hook("runaway_trace")
+        return
+    if where not in _warned_runaway:
+        _warned_runaway.add(where)
+        warnings.warn(f"lazydev: {tr.writes} ops recorded without a sync (growing at {where}); "
+                      "call lazydev.mark_step() once per step. The trace is cut at "
+                      f"{config.trace_max_ops} ops.", stacklevel=2)
+    tr.guard_at = config.trace_max_ops
 
 
 _current = Trace()
@@ -80,7 +110,11 @@ class Storage:
         """Give the storage a new pending value (a write)."""
         self.node = node
         self.version += 1
-        _current.live[self.serial] = self
+        tr = _current
+        tr.live[self.serial] = self
+        tr.writes += 1
+        if tr.writes >= tr.guard_at:
+            runaway_guard(tr)
 
     def materialise(self, buf) -> None:
         self.buf = buf

@@ -100,7 +100,8 @@ def _end_step() -> None:
     record["trace_s"] = max(0.0, total - record["compile_s"] - record["execute_s"]
                             - record["transfer_s"])
     metrics.step(record)
-    if _step["index"] >= 2 and record["trace_s"] > record["execute_s"] and record["compile_s"] == 0:
+    tracing_bound = record["trace_s"] > max(record["execute_s"], 1e-3)
+    if _step["index"] >= 2 and tracing_bound and record["compile_s"] == 0:
         metrics.warn_once("tracing-bound", "lazydev: the step is tracing-bound (recording ops in "
                           f"Python took {record['trace_s'] * 1e3:.1f} ms, executing "
                           f"{record['execute_s'] * 1e3:.1f} ms); larger batches amortise it")
@@ -133,3 +134,6 @@ def _recompile_tree(info, tr, where):
         tree.add(f"input {slot} ({dtype}{', from ' + origin if origin else ''}) changed shape "
                  f"{list(old)} -> {list(new)}")
     return tree
+
+
+state.cut_hook = sync

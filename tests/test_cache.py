@@ -1,0 +1,158 @@
+"""The compile cache users can trust: persistence across processes, corruption, limits, syncs."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import lazydev
+from lazydev.compile import RecompileLimitError, cache
+from lazydev.trace.sync import StrictSyncError
+
+SCRIPT = textwrap.dedent("""
+    import json, time, torch, lazydev
+    from lazydev.examples import MLP
+    torch.manual_seed(0)
+    model = MLP().to("wse")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    times, losses = [], []
+    for i in range(4):
+        t0 = time.perf_counter()
+        x = torch.randn(32, 64).to("wse")
+        loss = model(x).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        lazydev.mark_step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"times": times, "losses": losses, "counters": lazydev.metrics.counters()}))
+""")
+
+
+def _run_script(cache_dir, extra_env=None):
+    env = dict(os.environ, LAZYDEV_CACHE_DIR=str(cache_dir), LAZYDEV_LOG="")
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    env.update(extra_env or {})
+    return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc):
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_second_process_compiles_nothing_and_starts_fast(tmp_path):
+    first = _result(_run_script(tmp_path))
+    second = _result(_run_script(tmp_path))
+    assert first["counters"]["compilations"] >= 2
+    assert second["counters"]["compilations"] == 0
+    assert second["counters"]["disk_cache_hits"] == first["counters"]["compilations"]
+    assert second["losses"] == first["losses"]
+    assert first["times"][0] >= 5 * second["times"][0], (first["times"], second["times"])
+
+
+def test_two_processes_compiling_the_same_graph_at_once(tmp_path):
+    procs = [_run_script(tmp_path) for _ in range(2)]
+    a, b = (_result(p) for p in procs)
+    assert a["losses"] == b["losses"]
+    assert all(e.get("sha256") for e in _entries(tmp_path))
+
+
+def _entries(cache_dir):
+    old = lazydev.config.cache_dir
+    lazydev.config(cache_dir=str(cache_dir))
+    try:
+        return cache.entries()
+    finally:
+        lazydev.config(cache_dir=old)
+
+
+def _square_sum(n):
+    x = torch.arange(float(n)).to("wse")
+    return (x * x).sum().item()
+
+
+def test_truncated_entry_is_reported_and_rebuilt(fresh_cache):
+    assert _square_sum(10) == 285.0
+    entries = cache.entries()
+    assert len(entries) == 1
+    path = entries[0]["path"]
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    lazydev.compile.clear_memory_cache()
+    with pytest.warns(cache.CacheCorruptionWarning, match="truncated or corrupt"):
+        assert _square_sum(10) == 285.0
+    assert lazydev.metrics.counters()["compilations"] == 2
+    assert os.path.getsize(path) > 100
+
+
+def test_recompile_limit_raises_on_the_third_shape(fresh_cache):
+    lazydev.config(recompile_limit=2)
+    try:
+        assert _square_sum(3) == 5.0
+        assert _square_sum(4) == 14.0
+        with pytest.raises(RecompileLimitError, match=r"recompile_limit=2.*\[4\] -> \[5\]"):
+            _square_sum(5)
+    finally:
+        lazydev.config(recompile_limit=None)
+
+
+def test_strict_mode_raises_on_a_stray_item_and_names_its_line():
+    x = torch.randn(8).to("wse")
+    lazydev.config(strict_syncs=True)
+    try:
+        y = x.exp().sum()
+        lazydev.mark_step()                     # allowed
+        with pytest.raises(StrictSyncError, match=r"item.*test_cache.py:\d+"):
+            (x * 2).sum().item()
+    finally:
+        lazydev.config(strict_syncs=False)
+    assert y.item() == pytest.approx(x.cpu().exp().sum().item(), rel=1e-6)
+
+
+def test_sync_ledger_counts_implicit_syncs_per_line():
+    x = torch.randn(4).to("wse")
+    for _ in range(3):
+        (x + 1).sum().item()
+        lazydev.mark_step()
+    ledger = lazydev.metrics.sync_ledger()
+    ((reason, where), count), = ledger.items()
+    assert reason == "item" and "test_cache.py" in where and count == 3
+    steps = lazydev.metrics.steps()
+    assert steps and {"trace_s", "compile_s", "execute_s", "transfer_s"} <= set(steps[-1])
+
+
+def test_runaway_trace_warns_then_cuts():
+    lazydev.config(trace_warn_ops=50, trace_max_ops=120)
+    lazydev.trace.state.current().guard_at = 50
+    try:
+        x = torch.zeros(2).to("wse")
+        with pytest.warns(UserWarning, match="without a sync"):
+            for _ in range(200):
+                x = x + 1
+    finally:
+        lazydev.config(trace_warn_ops=200_000, trace_max_ops=2_000_000)
+    assert lazydev.metrics.counters()["sync_runaway_trace"] >= 1
+    assert x.tolist() == [200.0, 200.0]
+
+
+def test_cache_cli_and_debug_dump(tmp_path, fresh_cache):
+    _square_sum(6)
+    out = lazydev.debug.dump(str(tmp_path / "dump"))
+    for name in ("graph.mlir", "program.c", "compile_command.txt", "inputs.pt", "repro.py"):
+        assert os.path.exists(os.path.join(out, name))
+    assert "wse.mul" in open(os.path.join(out, "graph.mlir")).read()
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    rep = subprocess.run([sys.executable, "repro.py"], cwd=out, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    raw = torch.load(os.path.join(out, "outputs.pt"))[0]
+    assert raw.view(torch.float32).item() == 55.0
+    env["LAZYDEV_CACHE_DIR"] = lazydev.config.cache_dir
+    ls = subprocess.run([sys.executable, "-m", "lazydev", "cache", "ls"], env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert ls.returncode == 0 and "1 entries" in ls.stdout
