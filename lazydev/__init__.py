@@ -21,19 +21,22 @@ from .trace import sync as _sync  # noqa: E402
 
 
 def mark_step() -> None:
-    """End of a step: compile (or fetch from the cache) and run the pending graph of every live
-    wse tensor with pending work, then start a new trace. Execution is synchronous for now, so
-    when it returns, every wse tensor's value is in device memory."""
+    """End of a step: compile (or fetch from the cache) the pending graph of every live wse
+    tensor with pending work, queue it for execution, and start a new trace. Returns once the
+    program is queued; it runs on the runtime's thread while Python records the next step.
+    A later read (.item(), .cpu(), print) waits only for the program that writes it."""
     _sync.sync("mark_step")
 
 
 def wait() -> None:
-    """Wait for all queued device work (execution is synchronous, so this returns at once)."""
+    """Wait for all queued device work; raises the first error of a failed program."""
+    _sync.wait()
 
 
 def sync(tensors=None) -> None:
-    """Materialise `tensors` (all pending work is computed together, see mark_step)."""
+    """Compute all pending work (as mark_step does) and wait until it has run."""
     _sync.sync("sync")
+    _sync.wait()
 
 
 from . import debug  # noqa: E402

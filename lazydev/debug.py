@@ -64,6 +64,8 @@ print("ran", os.path.join(here, "program.c"), "->", len(outs), "outputs (raw byt
 
 def dump(directory: str) -> str:
     """Write the last compiled graph to `directory`; returns the directory."""
+    from . import wait
+    wait()
     if "source" not in last_compiled:
         raise RuntimeError("nothing has been compiled yet in this process: run a step first")
     os.makedirs(directory, exist_ok=True)

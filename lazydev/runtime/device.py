@@ -118,13 +118,16 @@ def _tensor_nbytes(t: torch.Tensor) -> int:
 class Buffer:
     """One device allocation, freed when garbage-collected (or by `free()`)."""
 
-    __slots__ = ("nbytes", "ptr", "__weakref__")
+    # `ticket`: the queued execution that writes this buffer (runtime/queue.py), or None when
+    # its contents are final; readers on the host wait for it.
+    __slots__ = ("nbytes", "ptr", "ticket", "__weakref__")
 
     def __init__(self, nbytes: int):
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"Buffer size must be >= 0, got {nbytes}")
         self.nbytes = nbytes
+        self.ticket = None
         self.ptr = _malloc(nbytes)  # wse_malloc(0) returns a unique valid pointer
 
     @property

@@ -20,7 +20,32 @@ from ..config import config
 from . import state
 
 upload = _compile.upload
-download = _compile.download
+
+
+def download(buf, dtype, numel):
+    """A host read: waits for the program writing `buf`, raises its error if it failed."""
+    _raise_failures(_compile.wait(buf))
+    return _compile.download(buf, dtype, numel)
+
+
+def wait() -> None:
+    """Wait for every queued program; raise the first failure among them."""
+    _raise_failures(_compile.wait())
+
+
+def _raise_failures(failed: list) -> None:
+    """Undo failed and cancelled runs, newest first, so every storage they would have written
+    returns to its value before them; then raise the first real error."""
+    if not failed:
+        return
+    for ticket in reversed(failed):
+        for st, old, new in ticket.context or ():
+            if st.buf is new:
+                st.buf = old
+                st.version += 1
+                if old is None:
+                    st.error = f"{type(failed[0].error).__name__}: {failed[0].error}"
+    raise failed[0].error
 
 
 class StrictSyncError(RuntimeError):
@@ -68,15 +93,16 @@ def _run(pending, tr, reason, where) -> None:
     info: dict = {"where": where}
     outputs = [st.node for st in pending]
     state.new_trace()            # ops recorded from here on belong to the next trace
+    context = []                 # (storage, value before, value after): to undo a failed run
     try:
-        buffers = _compile.run_graph(outputs, tr.inputs, tr.scalars, info)
+        buffers = _compile.run_graph(outputs, tr.inputs, tr.scalars, info, context)
     except BaseException as e:
         _revert(pending, e)
         raise
     for st, buf in zip(pending, buffers):
+        context.append((st, st.buf, buf))
         st.materialise(buf)
     _step["compile"] += info.get("compile_s", 0.0)
-    _step["execute"] += info.get("execute_s", 0.0)
     _log_cut(reason, where, len(pending), info, tr)
 
 
@@ -92,7 +118,10 @@ def _revert(pending, error) -> None:
 def _end_step() -> None:
     """Close a step (at mark_step): record its time split and warn if tracing dominates."""
     now = time.perf_counter()
-    transfer = metrics.timings().get("transfer", 0.0)
+    timings = metrics.timings()
+    transfer = timings.get("transfer", 0.0)
+    _step["execute"] = timings.get("execute", 0.0) - _step.get("execute_mark", 0.0)
+    _step["execute_mark"] = timings.get("execute", 0.0)
     total = now - _step["start"]
     record = {"step": _step["index"], "total_s": total, "compile_s": _step["compile"],
               "execute_s": _step["execute"], "transfer_s": transfer - _step["transfer"],
@@ -105,7 +134,7 @@ def _end_step() -> None:
         metrics.warn_once("tracing-bound", "lazydev: the step is tracing-bound (recording ops in "
                           f"Python took {record['trace_s'] * 1e3:.1f} ms, executing "
                           f"{record['execute_s'] * 1e3:.1f} ms); larger batches amortise it")
-    _step.update(start=now, compile=0.0, execute=0.0, syncs=Counter(), index=_step["index"] + 1,
+    _step.update(start=now, compile=0.0, syncs=Counter(), index=_step["index"] + 1,
                  transfer=transfer)
 
 
@@ -119,7 +148,7 @@ def _log_cut(reason, where, n_out, info, tr) -> None:
                  f"graph={info.get('graph_key')}", f"cache={info.get('cache')}"]
         if "compile_s" in info:
             parts.append(f"compile={info['compile_s'] * 1e3:.1f}ms")
-        parts.append(f"execute={info.get('execute_s', 0) * 1e3:.2f}ms")
+        parts.append(f"queued in {info.get('queue_s', 0) * 1e3:.2f}ms")
         log.emit("trace" if log.enabled("trace") else "cache", " ".join(parts))
     if show_cache and info.get("changed"):
         log.emit("cache", _recompile_tree(info, tr, where))

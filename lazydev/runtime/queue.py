@@ -1,0 +1,98 @@
+"""The execution queue: programs run in order on one worker thread, off the GIL.
+
+Note [Async execution]
+`submit` returns at once with a Ticket, so mark_step() returns as soon as the step's program is
+queued and Python traces the next step while the C code runs (cffi releases the GIL for the
+call). Jobs run strictly in submission order, so a program reading a buffer written by an earlier
+program needs no other synchronisation. The host waits only where it reads memory: a download
+waits for the ticket of the buffer it reads. After a job fails, the jobs queued behind it are
+cancelled (their inputs may be garbage) and every failed or cancelled ticket is reported, once,
+at the next wait, oldest first, so the caller can restore the values those jobs would have
+replaced.
+"""
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import time
+
+
+class Cancelled(RuntimeError):
+    pass
+
+
+class Ticket:
+    __slots__ = ("done", "error", "seconds", "context")
+
+    def __init__(self, context=None):
+        self.done = threading.Event()
+        self.error = None
+        self.seconds = 0.0
+        self.context = context          # what the submitter needs to undo this job on failure
+
+
+class ExecQueue:
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = None
+        self._failed = False
+        self._lock = threading.Lock()
+        self._unreported: list = []     # failed/cancelled tickets not yet reported
+        self._last = None
+
+    def submit(self, job, context=None) -> Ticket:
+        ticket = Ticket(context)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="lazydev-exec", daemon=True)
+            self._thread.start()
+        self._last = ticket
+        self._jobs.put((job, ticket))
+        return ticket
+
+    def _work(self) -> None:
+        while True:
+            job, ticket = self._jobs.get()
+            if job is None:
+                ticket.done.set()
+                return
+            t0 = time.perf_counter()
+            if self._failed:
+                ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
+            else:
+                try:
+                    job()
+                except BaseException as e:   # reported to the host at its next wait
+                    ticket.error = e
+                    self._failed = True
+            ticket.seconds = time.perf_counter() - t0
+            if ticket.error is not None:
+                with self._lock:
+                    self._unreported.append(ticket)
+            ticket.done.set()
+
+    def wait(self, ticket: Ticket | None = None) -> list:
+        """Wait for `ticket` (or for everything queued); returns the failed and cancelled
+        tickets not reported before, oldest first. The queue accepts work again after."""
+        target = ticket if ticket is not None else self._last
+        if target is not None:
+            target.done.wait()
+        if ticket is None or ticket.error is not None:
+            if self._last is not None:
+                self._last.done.wait()     # a failure cancels the rest: let them drain
+            with self._lock:
+                failed, self._unreported = self._unreported, []
+            self._failed = False
+            return failed
+        return []
+
+    def shutdown(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self.wait()
+            done = Ticket()
+            self._jobs.put((None, done))
+            done.done.wait()
+
+
+EXEC = ExecQueue()
+atexit.register(EXEC.shutdown)     # never leave C code running while the interpreter exits
