@@ -66,13 +66,14 @@ def dump(directory: str) -> str:
     """Write the last compiled graph to `directory`; returns the directory."""
     from . import wait
     wait()
-    if "source" not in last_compiled:
+    if "units" not in last_compiled:
         raise RuntimeError("nothing has been compiled yet in this process: run a step first")
     os.makedirs(directory, exist_ok=True)
     lay = last_compiled["layout"]
     write = lambda name, text: open(os.path.join(directory, name), "w").write(text)  # noqa: E731
     write("graph.mlir", ir_text(last_compiled["outputs"]))
-    write("program.c", last_compiled["source"])
+    # The translation units, one after another, are one valid C file (the prefix is guarded).
+    write("program.c", "\n".join(last_compiled["units"]))
     command = build.command("program.c", "program.so")
     write("compile_command.txt", " ".join(command) + "\n")
     inputs = last_compiled.get("inputs", [])

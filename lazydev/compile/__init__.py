@@ -21,8 +21,8 @@ __all__ = ["run_graph", "upload", "download", "CodegenUnsupported", "Compiled"]
 class Compiled:
     """A loaded program and its run-time binding."""
 
-    def __init__(self, program: Program, layout: Layout, source: str):
-        self.program, self.layout, self.source = program, layout, source
+    def __init__(self, program: Program, layout: Layout, units: list):
+        self.program, self.layout, self.units = program, layout, units
         self.arena = None
         self.stats = {"hits": 0, "runs": 0, "execute_s": 0.0}
 
@@ -55,7 +55,7 @@ class Compiled:
 
 _programs: dict = {}       # graph key -> Compiled
 _structures: dict = {}     # structure hash (ops and dtypes, no shapes) -> [compiles, last specs]
-last_compiled: dict = {}   # the last graph compiled: source, layout, outputs (lazydev.debug)
+last_compiled: dict = {}   # the last graph compiled: units, layout, outputs (lazydev.debug)
 
 
 class RecompileLimitError(RuntimeError):
@@ -106,12 +106,12 @@ def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:
     order, realized = passes.schedule(outs)    # choose buffers; the rest fuses inline
     passes.check(order, "schedule")
     _count_structure(order, info)              # recompile reasons and limits
-    source, layout = generate(outs, order, realized, prefix_source())   # memory plan + C
+    units, layout = generate(outs, order, realized, prefix_source())    # memory plan + C
     summary = {"nodes": layout.nodes, "kernels": layout.kernels, "inputs": len(layout.input_slots),
                "outputs": len(layout.out_map), "where": info.get("where")}
-    program, built = cache.load_or_build(source, Program, summary)     # disk cache or gcc
-    last_compiled.update(source=source, layout=layout, outputs=outs)
-    return Compiled(program, layout, source), built
+    program, built = cache.load_or_build(units, Program, summary)      # disk cache or gcc
+    last_compiled.update(units=units, layout=layout, outputs=outs)
+    return Compiled(program, layout, units), built
 
 
 def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, context=None) -> list:

@@ -63,21 +63,46 @@ def command(src: str, out: str) -> list[str]:
     return [CC, *FLAGS, src, "-o", out, "-lm"]
 
 
-def build(source: str, out_path: str) -> None:
-    """Compile `source` into the shared object `out_path` (written atomically)."""
+def build(units: list, out_path: str) -> None:
+    """Compile the translation units (in parallel, one gcc each) into the shared object
+    `out_path`, which appears whole or not at all."""
     directory = os.path.dirname(out_path)
     os.makedirs(directory, exist_ok=True)
-    fd, c_path = tempfile.mkstemp(suffix=".c", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    tmp_so = c_path[:-2] + ".so"
+    work = tempfile.mkdtemp(dir=directory, prefix=".build-")
     try:
-        proc = subprocess.run(command(c_path, tmp_so), capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CompileError(f"C compilation failed ({' '.join(command(c_path, tmp_so))}):\n"
-                               f"{proc.stderr[-4000:]}")
-        os.replace(tmp_so, out_path)       # atomic: readers see the old file or the whole new one
+        if len(units) == 1:
+            _run([_write(work, "u0.c", units[0])], out_path, work)
+            return
+        objs, procs = [], []
+        for i, text in enumerate(units):
+            src = _write(work, f"u{i}.c", text)
+            obj = os.path.join(work, f"u{i}.o")
+            cmd = [CC, *[f for f in FLAGS if f != "-shared"], "-c", src, "-o", obj]
+            procs.append((subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), cmd))
+            objs.append(obj)
+        for proc, cmd in procs:
+            _check(proc.wait(), proc.stderr.read(), cmd)
+        _run(objs, out_path, work)
     finally:
-        for p in (c_path, tmp_so):
-            if os.path.exists(p) and not os.environ.get("LAZYDEV_KEEP_C"):
-                os.unlink(p)
+        if not os.environ.get("LAZYDEV_KEEP_C"):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _write(work: str, name: str, text: str) -> str:
+    path = os.path.join(work, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _run(inputs: list, out_path: str, work: str) -> None:
+    tmp_so = os.path.join(work, "out.so")
+    cmd = [CC, *FLAGS, *inputs, "-o", tmp_so, "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    _check(proc.returncode, proc.stderr, cmd)
+    os.replace(tmp_so, out_path)       # atomic: readers see the old file or the whole new one
+
+
+def _check(returncode: int, stderr: str, cmd: list) -> None:
+    if returncode != 0:
+        raise CompileError(f"C compilation failed ({' '.join(cmd)}):\n{stderr[-4000:]}")

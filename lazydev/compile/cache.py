@@ -35,10 +35,10 @@ class CacheCorruptionWarning(UserWarning):
     pass
 
 
-def key_parts(source: str) -> list:
+def key_parts(source) -> list:
     from .. import __version__
     return [
-        ("source", source),
+        ("source", "\n/* unit */\n".join(source)),
         ("codegen_version", CODEGEN_VERSION),
         ("compiler", build.compiler_identity()),
         ("flags", " ".join(build.FLAGS)),
@@ -47,7 +47,7 @@ def key_parts(source: str) -> list:
     ]
 
 
-def content_key(source: str) -> str:
+def content_key(source) -> str:
     h = hashlib.sha256()
     for name, part in key_parts(source):
         h.update(name.encode())
@@ -117,7 +117,7 @@ def _copy(src: str, dst: str) -> None:
         f.write(data)
 
 
-def load_or_build(source: str, load, summary: dict | None = None):
+def load_or_build(source: list, load, summary: dict | None = None):
     """(program, built: bool). `load(path)` opens a shared object."""
     key = content_key(source)
     if not config.disk_cache:

@@ -99,6 +99,13 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pi
                     {"dtype": spec_dtype, "device": torch.device("wse", 0)})
 
 
+def _copy_from(src, dst, non_blocking=False):
+    # Reached instead of __torch_dispatch__ where PyTorch excludes the Python key while it
+    # copies into a new device tensor: torch.tensor(data, device="wse"), torch.as_tensor.
+    from .dispatch import SPECIAL
+    return SPECIAL[torch.ops.aten.copy_.default](None, (dst, src), {})
+
+
 _lib = None
 
 
@@ -111,5 +118,6 @@ def register() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    _lib.impl("_copy_from", _copy_from, "PrivateUse1")
     for name in ("arange", "arange.start", "arange.start_step"):
         _lib.impl(name, _arange, "PrivateUse1")

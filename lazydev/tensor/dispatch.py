@@ -32,7 +32,58 @@ def dispatch(func, args, kwargs):
     if handler is None:
         handler = _HANDLERS[func] = _choose(func)
     current().nodes += 1
+    if torch._C._current_graph_task_id() != -1:
+        return _in_backward(handler, func, args, kwargs)
+    if _deferred:
+        _raise_deferred()
     return handler(func, args, kwargs)
+
+
+# Note [Errors inside backward]
+# An exception raised here while the autograd engine runs a C++ backward formula for a wse node
+# aborts the process: PyTorch's Python device guard calls into Python while the error is still
+# set (torch/csrc/acc/Module.cpp, PythonDeviceGuard::exchangeStream is noexcept). So inside a
+# backward pass an error is deferred: the op returns zeros of the right shape, and the error is
+# raised by the next wse op outside the backward pass (reading a gradient, an optimizer step).
+_deferred: list = []
+
+
+class BackwardError(RuntimeError):
+    pass
+
+
+def _in_backward(handler, func, args, kwargs):
+    try:
+        return handler(func, args, kwargs)
+    except Exception as e:          # noqa: BLE001 - re-raised later, see the note
+        try:
+            out = _placeholder(func, args, kwargs)
+        except Exception:           # noqa: BLE001 - no shape to stand in with: raise as it is
+            raise e from None
+        _deferred.append(e)
+        log.emit("fallback", f"{func} failed in a backward pass: {type(e).__name__}: {e}")
+        return out
+
+
+def _placeholder(func, args, kwargs):
+    positions = _mutated_positions(func)
+    if positions:
+        return args[positions[0]]
+    from .device import empty_tensor
+
+    def make(s):
+        if s is None:
+            raise TypeError("non-tensor output")
+        return empty_tensor(s.shape, s.dtype)
+    spec = meta.infer(func, args, kwargs)
+    return type(spec)(make(s) for s in spec) if isinstance(spec, tuple) else make(spec)
+
+
+def _raise_deferred():
+    first = _deferred[0]
+    _deferred.clear()
+    raise BackwardError(f"an op failed during the backward pass: {type(first).__name__}: "
+                        f"{first}") from first
 
 
 def _choose(func):
@@ -105,6 +156,8 @@ def lowered_op(func, args, kwargs):
         spec = meta.infer(func, args, kwargs)
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=f"no meta kernel: {e}")
+    if _complex(spec) or _complex(args) or _complex(kwargs.values()):
+        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     allow_cpu = func in _CPU_INDEX_OK
     try:
         nargs = _node_args(args, allow_cpu)
@@ -119,6 +172,15 @@ def lowered_op(func, args, kwargs):
 
 _CPU_INDEX_OK = frozenset({aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
                            aten._unsafe_index_put.default})
+
+
+def _complex(x) -> bool:
+    """Whether a spec, tensor or (nested) argument list involves a complex dtype."""
+    if isinstance(x, (torch.Tensor, meta.Spec)):
+        return x.dtype.is_complex
+    if isinstance(x, (list, tuple, type({}.values()))):
+        return any(_complex(v) for v in x)
+    return False
 
 
 def decomposed_op(func, args, kwargs):
@@ -138,6 +200,10 @@ def view_op(func, args, kwargs):
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=str(e))
     base = next(a for a in args if isinstance(a, WseTensor))
+    if base.dtype.is_complex or _complex(spec):
+        # view_as_real/view_as_complex reinterpret storage; storages hold one dtype, so these
+        # run on the CPU and return a copy (a write through the result does not reach `base`).
+        return fallback_op(func, args, kwargs, why="a view that changes dtype")
 
     def make(s):
         if s.dtype != base.dtype:

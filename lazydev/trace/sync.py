@@ -57,14 +57,14 @@ _step = {"start": time.perf_counter(), "compile": 0.0, "execute": 0.0, "syncs": 
 
 
 def sync(reason: str, needed: bool = True) -> None:
-    """Cut the trace. With needed=False (a read of values already on the device) only the
-    ledger and strict mode see it; nothing pending is computed."""
+    """Cut the trace. needed=False is a read of values already computed: not a sync (it
+    cuts nothing; a read after mark_step is the normal way to look at a loss)."""
+    if not needed:
+        return
     where = log.user_frame()
     implicit = reason != "mark_step"
     if implicit:
         _note_implicit(reason, where)
-    if not needed:
-        return
     metrics.count("syncs")
     tr = state.current()
     pending = state.pending_storages()

@@ -1,0 +1,146 @@
+"""Benchmark wse against CPU eager, torch._lazy (TorchScript) and torch.compile.
+
+    python benchmarks/run.py [--workloads a,b] [--backends eager,lazy_ts,compile,wse]
+                             [--steps N] [--json out.json]
+
+One command runs everything; each (workload, backend) pair runs in its own worker process
+(benchmarks/worker.py) so it gets its own peak RSS and cold caches, and a backend that fails or
+hangs is reported in the table instead of ending the run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from rich.console import Console
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import report  # noqa: E402
+from worker import MARKER  # noqa: E402
+
+WORKLOADS = ["mlp", "cnn", "transformer", "ew_chain", "ln_gelu_softmax"]
+BACKENDS = ["eager", "lazy_ts", "compile", "wse"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help=f"comma-separated, from {','.join(WORKLOADS)}")
+    p.add_argument("--backends", default=",".join(BACKENDS),
+                   help=f"comma-separated, from {','.join(BACKENDS)}")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps after the first step")
+    p.add_argument("--json", help="also write all results to this file")
+    p.add_argument("--timeout", type=float, default=300,
+                   help="seconds before one (workload, backend) worker is stopped")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="use the user's lazydev and inductor disk caches (default: fresh empty "
+                        "caches, so the first step includes a real compile)")
+    a = p.parse_args(argv)
+    a.workloads, a.backends = _choices(a.workloads, WORKLOADS), _choices(a.backends, BACKENDS)
+    return a
+
+
+def _choices(value: str, allowed: list) -> list:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise SystemExit(f"unknown {bad}; choose from {allowed}")
+    return names
+
+
+def worker_env(cache_dir) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    if cache_dir is not None:
+        # Fresh disk caches per worker: otherwise a program compiled by an earlier run (or by
+        # the tests) makes the "first step" a cache hit and hides the compile time.
+        env["LAZYDEV_CACHE_DIR"] = os.path.join(cache_dir, "lazydev")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, "inductor")
+    return env
+
+
+def _parse(proc) -> dict:
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER):])
+    # No result line: the worker died (a crash in C code, an abort, an OOM kill).
+    tail = proc.stderr.strip().splitlines()[-1:] or [""]
+    return {"error": f"worker exited with code {proc.returncode}: {tail[0][:200]}",
+            "traceback": proc.stderr[-4000:]}
+
+
+def _warnings(stderr: str) -> list:
+    # lazydev explains itself through warnings (tracing-bound steps, recompiles); keep them.
+    return sorted({line.strip() for line in stderr.splitlines() if "lazydev:" in line})
+
+
+def run_job(workload: str, backend: str, args, cache_root) -> dict:
+    cache = None if cache_root is None else tempfile.mkdtemp(dir=cache_root)
+    cmd = [sys.executable, os.path.join(HERE, "worker.py"), "--workload", workload,
+           "--backend", backend, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    try:
+        proc = subprocess.run(cmd, env=worker_env(cache), capture_output=True, text=True,
+                              timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"workload": workload, "backend": backend,
+                "error": f"timeout: still running after {args.timeout:.0f} s"}
+    result = _parse(proc)
+    result.update(workload=workload, backend=backend, warnings=_warnings(proc.stderr))
+    return result
+
+
+def _progress(console, i: int, n: int, r: dict, seconds: float) -> None:
+    if "error" in r:
+        status = f"[red]{r['error'][:100]}[/]"
+    else:
+        status = f"first {r['first_step_s']:.2f} s, steady {r['median_s'] * 1e3:.1f} ms"
+    console.print(f"[{i}/{n}] {r['workload']:>15} {r['backend']:<8} {seconds:6.1f} s  {status}")
+
+
+def run_all(args, console) -> list:
+    jobs = [(w, b) for w in args.workloads for b in args.backends]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="lazydev-bench-") as tmp:
+        cache_root = None if args.warm_cache else tmp
+        for i, (workload, backend) in enumerate(jobs, 1):
+            t0 = time.perf_counter()
+            results.append(run_job(workload, backend, args, cache_root))
+            _progress(console, i, len(jobs), results[-1], time.perf_counter() - t0)
+    return results
+
+
+def machine(args) -> dict:
+    import torch
+    return {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "steps": args.steps, "warmup": args.warmup,
+            "cache": "warm (user's)" if args.warm_cache else "cold (fresh per worker)",
+            "loadavg_start": os.getloadavg()}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    console = Console()
+    meta = machine(args)
+    t0 = time.perf_counter()
+    results = run_all(args, console)
+    meta.update(loadavg_end=os.getloadavg(), wall_s=time.perf_counter() - t0)
+    targets = report.check_targets(results)
+    report.print_report(results, targets, meta, console)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "results": results, "targets": targets}, f, indent=1)
+        console.print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

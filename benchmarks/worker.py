@@ -1,0 +1,188 @@
+"""Measure one (workload, backend) pair in this process and print the result as one JSON line.
+
+run.py starts one worker process per pair, so each backend gets its own peak RSS, its own cold
+in-memory caches, and a crash or hang in one backend cannot take the others down.
+
+    python benchmarks/worker.py --workload mlp --backend wse --steps 20
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+import traceback
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+import backends  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
+
+MARKER = "BENCH_RESULT "
+
+
+def maxrss_mb() -> float:
+    # ru_maxrss is the process's high-water mark in KiB on Linux; it includes C allocations
+    # (device buffers, OpenBLAS, inductor's kernels) that tracemalloc cannot see.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def read(out) -> float:
+    """Read one value back, the same sync work on every backend: the loss, or the first element
+    of a forward result (the whole result was already computed by the backend's sync)."""
+    return (out if out.numel() == 1 else out.reshape(-1)[:1]).item()
+
+
+def _trace_mark(backend):
+    state = backend.extra.get("state")
+    if state is None:
+        return None
+    tr = state.current()
+    return tr, tr.nodes
+
+
+def _trace_nodes(backend, mark):
+    """Ops lazydev recorded since `mark`, or None if a sync inside the step started a new trace
+    (then the count would be partial, and the implicit sync is itself worth reporting)."""
+    if mark is None:
+        return None
+    tr, n0 = mark
+    return tr.nodes - n0 if backend.extra["state"].current() is tr else None
+
+
+def run_steps(step, backend, start: int, count: int) -> list:
+    """Run `count` steps; per step: total wall time, time to record it (until the sync is
+    called), lazydev trace nodes recorded, and the value read."""
+    records = []
+    for i in range(start, start + count):
+        t0 = time.perf_counter()
+        mark = _trace_mark(backend)
+        out = step(i)
+        t1 = time.perf_counter()
+        nodes = _trace_nodes(backend, mark)
+        backend.sync()
+        value = read(out)
+        t2 = time.perf_counter()
+        records.append({"step_s": t2 - t0, "record_s": t1 - t0, "nodes": nodes, "value": value})
+    return records
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops a step dispatches, as the user's program issues them (before any
+    decomposition a backend does inside its own dispatch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(step, backend, i: int) -> Counter:
+    """One extra, untimed step under OpCounter (the mode's Python overhead must not inflate
+    the timed steps)."""
+    with OpCounter() as counter:
+        out = step(i)
+    backend.sync()
+    read(out)
+    return counter.ops
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarise(first: dict, timed: list) -> dict:
+    steps = sorted(r["step_s"] for r in timed)
+    return {
+        "first_step_s": first["step_s"],
+        "median_s": statistics.median(steps),
+        "min_s": steps[0],
+        "p90_s": steps[int(0.9 * (len(steps) - 1))],
+        "first_value": first["value"],
+        "last_value": timed[-1]["value"],
+        "median_record_s": _median(r["record_s"] for r in timed),
+    }
+
+
+def wse_stats(backend, timed: list, before: dict, step, i: int) -> dict:
+    """lazydev-only numbers: tracing overhead per op, recompiles and fallbacks in steady state,
+    and lazydev's own per-step split (trace / compile / execute)."""
+    metrics = backend.extra["metrics"]
+    after = metrics.counters()
+    split = metrics.steps()[-len(timed):]
+    ops = count_ops(step, backend, i)
+    record = _median(r["record_s"] for r in timed)
+    nodes = _median(r["nodes"] for r in timed)
+    n_ops = sum(ops.values())
+    return {
+        "aten_ops": n_ops,
+        "trace_nodes": nodes,
+        "us_per_op": record / n_ops * 1e6 if n_ops else None,
+        "us_per_node": record / nodes * 1e6 if nodes else None,
+        "partial_traces": sum(r["nodes"] is None for r in timed),
+        "steady_compilations": after["compilations"] - before["compilations"],
+        "compilations": after["compilations"],
+        "fallbacks": after["fallbacks"],
+        "implicit_syncs": {k: v for k, v in after.items() if k.startswith("sync_")},
+        "median_execute_s": _median(s.get("execute_s") for s in split),
+        "median_trace_s": _median(s.get("trace_s") for s in split),
+        "top_ops": dict(ops.most_common(8)),
+    }
+
+
+def bench(workload: str, backend_name: str, steps: int, warmup: int) -> dict:
+    torch.set_num_threads(2)
+    backend = backends.make(backend_name)
+    base_rss = maxrss_mb()
+    torch.manual_seed(0)        # after backend init, so every backend builds the same weights
+    step = WORKLOADS[workload](backend.device, backend.wrap)
+    first = run_steps(step, backend, 0, 1)[0]
+    run_steps(step, backend, 1, warmup)
+    metrics = backend.extra.get("metrics")
+    before = metrics.counters() if metrics else None
+    timed = run_steps(step, backend, 1 + warmup, steps)
+    result = summarise(first, timed)
+    if metrics:
+        result.update(wse_stats(backend, timed, before, step, 1 + warmup + steps))
+    result.update(peak_rss_mb=maxrss_mb(), base_rss_mb=base_rss)
+    result["rss_delta_mb"] = result["peak_rss_mb"] - base_rss
+    return result
+
+
+def _error(exc: BaseException) -> dict:
+    # The last frames say where it broke; run.py shows the one-line summary in the table.
+    frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    lines = str(exc).strip().splitlines()
+    first = lines[0][:300] if lines else ""
+    return {"error": f"{type(exc).__name__}: {first}", "traceback": "".join(frames)[-4000:]}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    p.add_argument("--backend", required=True, choices=sorted(backends.BACKENDS))
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        result = bench(a.workload, a.backend, a.steps, a.warmup)
+    except Exception as exc:      # a failing backend is a result, not a crash of the run
+        result = _error(exc)
+    result.update(workload=a.workload, backend=a.backend, wall_s=time.perf_counter() - t0)
+    print(MARKER + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

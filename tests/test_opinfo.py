@@ -1,0 +1,30 @@
+"""OpInfo: every float32 OpInfo entry CPU supports, run on wse and compared with the CPU.
+
+The engine is lazydev/coverage.py (also `python -m lazydev.coverage`, which prints the report).
+By default each entry runs its first LAZYDEV_OPINFO_SAMPLES samples (2), forward, in-place and
+backward, which keeps the whole file within a few minutes on two cores;
+LAZYDEV_OPINFO_FULL=1 runs every sample of every entry. An entry passes natively or through the
+CPU fallback; entries that cannot be compared at all are skipped with the reason printed.
+"""
+import os
+
+import pytest
+import torch
+
+from lazydev import coverage
+
+FULL = os.environ.get("LAZYDEV_OPINFO_FULL") == "1"
+SAMPLES = None if FULL else int(os.environ.get("LAZYDEV_OPINFO_SAMPLES", "2"))
+ENTRIES = coverage.entries()
+
+
+@pytest.mark.parametrize("op", ENTRIES, ids=[coverage.entry_id(op) for op in ENTRIES])
+def test_opinfo(op):
+    res = coverage.check_op(op, samples=SAMPLES, backward=True)
+    if res.status == "skip":
+        pytest.skip(res.reason)
+    assert res.passed, f"{res.op}: {res.reason}"
+
+
+def test_entries_are_float32_cpu():
+    assert ENTRIES and all(torch.float32 in op.supported_dtypes("cpu") for op in ENTRIES)
