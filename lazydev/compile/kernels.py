@@ -6,6 +6,7 @@ import math
 from ..trace.ir import REDUCE, Node, Op
 from . import cexpr
 from .cbuilder import CBuilder
+from .passes import matmul_operand
 from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
 from .cexpr import vtype
 
@@ -150,15 +151,12 @@ def scatter(e: Emitter, n: Node) -> None:
 
 
 def _gemm_operand(e: Emitter, s: Node):
-    """(pointer, transposed, rows, cols of the stored matrix, batch stride)."""
-    nd = len(s.shape)
-    trans = s.op is Op.PERMUTE and s.arg == tuple(range(nd - 2)) + (nd - 1, nd - 2) \
-        and id(s) not in e.ptrs
-    stored = s.src[0] if trans else s
+    """(pointer, transposed, leading dimension, batch stride) of GEMM operand s."""
+    stored, trans = matmul_operand(s, e.ptrs)
     if id(stored) not in e.ptrs:
         raise CodegenUnsupported("matmul operand was not scheduled into a buffer")
-    r, c = stored.shape[-2], stored.shape[-1]
-    return e.ptr(stored), int(trans), c, r * c
+    rows, cols = s.shape[-2], s.shape[-1]
+    return e.ptr(stored), int(trans), rows if trans else cols, rows * cols
 
 
 def matmul(e: Emitter, n: Node) -> None:

@@ -109,13 +109,25 @@ def _cheap(n: Node, realized: set) -> bool:
         return False
 
 
-def _matmul_operand(s: Node) -> Node:
-    """The node a GEMM operand must have in a buffer (a transposed view reads the buffer
-    with the BLAS transpose flag instead of copying)."""
+def matmul_operand(s: Node, realized: set | None = None) -> tuple[Node, bool]:
+    """(the node whose buffer a GEMM reads for operand s, transposed?). A transpose of the last
+    two dims is the BLAS transpose flag, and a reshape of a buffer is the same bytes, so neither
+    is copied. Shared by the scheduler and the GEMM kernel template so both agree."""
     nd = len(s.shape)
-    if s.op is Op.PERMUTE and s.arg == tuple(range(nd - 2)) + (nd - 1, nd - 2):
-        return s.src[0]
-    return s
+    trans = False
+    if s.op is Op.PERMUTE and s.arg == tuple(range(nd - 2)) + (nd - 1, nd - 2) and not (
+            realized is not None and id(s) in realized):
+        s, trans = s.src[0], True
+    while s.op is Op.RESHAPE and not (realized is not None and id(s) in realized):
+        s = s.src[0]
+    return s, trans
+
+
+def _producer(n: Node) -> Node:
+    """The node under a chain of pure index rewrites: what to materialise instead of a view."""
+    while n.op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND):
+        n = n.src[0]
+    return n
 
 
 def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
@@ -129,14 +141,14 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
             realized.add(id(n))
         if n.op in LIBRARY:
             for s in n.src:
-                realized.add(id(_matmul_operand(s) if n.op is Op.MATMUL else s))
+                realized.add(id(matmul_operand(s)[0] if n.op is Op.MATMUL else s))
         for s in n.src:
             uses[id(s)] = uses.get(id(s), 0) + 1
     for n in reversed(order):                 # consumers before producers
         if n.op is Op.EXPAND and n.numel > n.src[0].numel and not _cheap(n.src[0], realized):
-            realized.add(id(n.src[0]))        # broadcasting an expensive value: compute it once
+            realized.add(id(_producer(n.src[0])))   # broadcasting an expensive value: once
         if n.op in (Op.GATHER, Op.INDEX_ND) and not _cheap(n.src[0], realized):
-            realized.add(id(n.src[0]))        # random access into an expensive value
+            realized.add(id(_producer(n.src[0])))   # random access into an expensive value
     for n in order:
         if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
             realized.add(id(n))               # shared by several consumers: compute it once
