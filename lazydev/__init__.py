@@ -40,6 +40,7 @@ def sync(tensors=None) -> None:
 
 
 from . import debug  # noqa: E402
+from .buckets import pad_to_bucket  # noqa: E402
 
 
-__all__ = ["debug", "mark_step", "wait", "sync", "metrics", "config", "WseTensor", "__version__"]
+__all__ = ["debug", "pad_to_bucket", "mark_step", "wait", "sync", "metrics", "config", "WseTensor", "__version__"]

@@ -156,3 +156,21 @@ def test_cache_cli_and_debug_dump(tmp_path, fresh_cache):
     ls = subprocess.run([sys.executable, "-m", "lazydev", "cache", "ls"], env=env,
                         capture_output=True, text=True, timeout=120)
     assert ls.returncode == 0 and "1 entries" in ls.stdout
+
+
+def test_padding_to_buckets_bounds_recompiles_and_keeps_the_loss(fresh_cache):
+    torch.manual_seed(0)
+    w = torch.randn(8, 3)
+    ww = w.to("wse")
+    losses = []
+    for n in (10, 12, 14, 16):
+        x = torch.randn(n, 8)
+        xp, keep = lazydev.pad_to_bucket(x, dim=0, buckets=(16,))
+        per_row = (xp.to("wse") @ ww).square().sum(1)
+        keep = keep.to("wse")
+        loss = (per_row * keep).sum() / keep.sum()
+        lazydev.mark_step()
+        losses.append(loss.item())
+        torch.testing.assert_close(losses[-1], (x @ w).square().sum(1).mean().item(),
+                                   rtol=1e-5, atol=1e-6)
+    assert lazydev.metrics.counters()["compilations"] == 1
