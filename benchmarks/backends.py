@@ -44,11 +44,21 @@ def _compile() -> Backend:
     return Backend("compile", "cpu", wrap=torch.compile)
 
 
+def _device_peak_bytes():
+    # The C runtime's own high-water mark of device buffers (a private API: None if it moves).
+    try:
+        from lazydev.runtime.device import lib
+        return lib.wse_peak_bytes()
+    except (ImportError, AttributeError):
+        return None
+
+
 def _wse() -> Backend:
     import lazydev
     from lazydev.trace import state
     return Backend("wse", "wse", sync=lazydev.mark_step,
-                   extra={"state": state, "metrics": lazydev.metrics})
+                   extra={"state": state, "metrics": lazydev.metrics,
+                          "device_peak_bytes": _device_peak_bytes})
 
 
 BACKENDS = {"eager": _eager, "lazy_ts": _lazy_ts, "compile": _compile, "wse": _wse}

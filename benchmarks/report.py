@@ -14,16 +14,25 @@ TRACE_TARGET_US = 10.0
 # a larger gap means a wrong answer, which would make its timing meaningless.
 VALUE_RTOL = 1e-3
 
+# A row whose median step is this much slower than its fastest step was disturbed (other
+# processes on the cores); its ratios are flagged rather than trusted.
+NOISY = 1.5
+
 
 def index(results: list) -> dict:
     return {(r["workload"], r["backend"]): r for r in results}
 
 
-def ratio(by: dict, r: dict):
+def ratio(by: dict, r: dict, key: str = "median_s"):
+    """r's time / eager's time for the same workload (lower is faster); None without both."""
     eager = by.get((r["workload"], "eager"))
     if "error" in r or eager is None or "error" in eager:
         return None
-    return r["median_s"] / eager["median_s"]
+    return r[key] / eager[key]
+
+
+def noisy(r: dict) -> bool:
+    return "error" not in r and r["median_s"] > NOISY * r["min_s"]
 
 
 def _ms(s):
@@ -47,40 +56,54 @@ def _notes(by: dict, r: dict) -> str:
         notes.append(f"[yellow]fallbacks {r['fallbacks']}[/]")
     if r.get("partial_traces"):
         notes.append(f"[yellow]{r['partial_traces']} steps cut by implicit syncs[/]")
-    if r["backend"] == "wse" and r.get("median_execute_s") is not None:
-        notes.append(f"execute {_ms(r['median_execute_s'])}")
+    if noisy(r):
+        notes.append(f"[yellow]noisy: median {r['median_s'] / r['min_s']:.1f}x min[/]")
+    if r.get("median_execute_s") is not None:
+        notes.append(f"execute {_ms(r['median_execute_s'])}, {r['aten_ops']} ops -> "
+                     f"{r['trace_nodes']:.0f} nodes")
+    if r.get("device_peak_mb") is not None:
+        notes.append(f"device peak {r['device_peak_mb']:.0f} MB")
     return "; ".join(notes)
 
 
-def _trace_cell(r: dict) -> str:
-    if r.get("us_per_op") is None:
-        return ""
-    return (f"{r['us_per_op']:.0f} / {r['us_per_node']:.0f}  "
-            f"({r['aten_ops']} ops, {r['trace_nodes']:.0f} nodes)")
+def _x(v):
+    return "" if v is None else f"{v:.2f}x"
+
+
+def _us(v):
+    return "" if v is None else f"{v:.0f}"
+
+
+COLUMNS = ("workload", "backend", "first step", "step 2", "steady", "min", "vs eager",
+           "vs eager (min)", "peak RSS", "Δ RSS", "trace µs/op", "µs/node", "notes")
+
+
+def _row(by: dict, r: dict) -> list:
+    if "error" in r:
+        return [r["workload"], r["backend"]] + [""] * (len(COLUMNS) - 3) + [_notes(by, r)]
+    second = f"{r['warmup_s'][0]:.2f} s" if r.get("warmup_s") else ""
+    return [r["workload"], r["backend"], f"{r['first_step_s']:.2f} s", second, _ms(r["median_s"]),
+            _ms(r["min_s"]), _x(ratio(by, r)), _x(ratio(by, r, "min_s")),
+            f"{r['peak_rss_mb']:.0f} MB", f"+{r['rss_delta_mb']:.0f} MB",
+            _us(r.get("us_per_op")), _us(r.get("us_per_node")), _notes(by, r)]
 
 
 def results_table(results: list) -> Table:
     by = index(results)
-    t = Table(title="Per-step times (steady = median of the timed steps)")
-    for col in ("workload", "backend", "first step", "steady", "p90", "vs eager",
-                "peak RSS (Δ)", "trace µs/op | µs/node", "notes"):
+    t = Table(title="Per-step times (steady = median of the timed steps; vs eager = steady / "
+                    "eager steady)")
+    for col in COLUMNS:
         t.add_column(col, justify="left" if col in ("workload", "backend", "notes") else "right")
     for r in results:
-        if "error" in r:
-            t.add_row(r["workload"], r["backend"], "", "", "", "", "", "", _notes(by, r))
-            continue
-        x = ratio(by, r)
-        t.add_row(r["workload"], r["backend"], f"{r['first_step_s']:.2f} s", _ms(r["median_s"]),
-                  _ms(r["p90_s"]), f"{x:.2f}x" if x is not None else "",
-                  f"{r['peak_rss_mb']:.0f} MB (+{r['rss_delta_mb']:.0f})", _trace_cell(r),
-                  _notes(by, r))
+        t.add_row(*_row(by, r))
     return t
 
 
-def _check(workload, metric, bound, value, fmt) -> dict:
+def _check(workload, metric, bound, value, fmt, is_noisy=False) -> dict:
     met = None if value is None else value <= bound
     return {"workload": workload, "metric": metric, "target": f"<= {fmt(bound)}",
-            "measured": None if value is None else fmt(value), "value": value, "met": met}
+            "measured": None if value is None else fmt(value), "value": value, "met": met,
+            "noisy": is_noisy}
 
 
 def check_targets(results: list) -> list:
@@ -92,8 +115,9 @@ def check_targets(results: list) -> list:
             continue
         ok = "error" not in r
         if workload in RATIO_TARGETS:
+            eager = by.get((workload, "eager"), {"error": "missing"})
             rows.append(_check(workload, "steady / eager", RATIO_TARGETS[workload],
-                               ratio(by, r), lambda v: f"{v:.2f}x"))
+                               ratio(by, r), lambda v: f"{v:.2f}x", noisy(r) or noisy(eager)))
         rows.append(_check(workload, "first step", FIRST_STEP_TARGET_S,
                            r["first_step_s"] if ok else None, lambda v: f"{v:.2f} s"))
         rows.append(_check(workload, "tracing per aten op", TRACE_TARGET_US,
@@ -107,8 +131,9 @@ def targets_table(rows: list) -> Table:
         t.add_column(col, justify="left" if col in ("workload", "metric") else "right")
     status = {True: "[green]met[/]", False: "[red]not met[/]", None: "[yellow]n/a (failed)[/]"}
     for row in rows:
+        flag = " [yellow](noisy)[/]" if row["noisy"] else ""
         t.add_row(row["workload"], row["metric"], row["target"], row["measured"] or "",
-                  status[row["met"]])
+                  status[row["met"]] + flag)
     return t
 
 
@@ -118,11 +143,13 @@ def print_report(results: list, targets: list, meta: dict, console: Console) -> 
     load0, load1 = meta["loadavg_start"], meta["loadavg_end"]
     console.print(
         f"[bold]Machine:[/] {meta['cpus']} CPUs, torch {meta['torch']}, {meta['steps']} timed "
-        f"steps after {meta['warmup']} warm-up steps, caches {meta['cache']}. Load average "
+        f"steps after {meta['warmup']} warm-up steps, caches {meta['cache']}, lazydev at "
+        f"{meta['revision']}. Load average "
         f"{load0[0]:.2f} at start, {load1[0]:.2f} at end: with a load near or above the CPU "
         "count, other processes share the cores and every time here is noisy.")
     console.print(
         "Tracing µs/op = median time from step start to the sync call, divided by the aten ops "
         "the step dispatches (counted by a TorchDispatchMode in an extra untimed step); µs/node "
         "divides by lazydev's trace nodes instead (ops after decomposition). Peak RSS is the "
-        "worker's ru_maxrss; Δ is from after its imports.")
+        "worker's ru_maxrss; Δ is from after its imports. (noisy): median step > "
+        f"{NOISY}x the fastest step, for wse or eager; compare the min columns.")

@@ -46,6 +46,8 @@ def parse_args(argv=None):
                    help="use the user's lazydev and inductor disk caches (default: fresh empty "
                         "caches, so the first step includes a real compile)")
     a = p.parse_args(argv)
+    if a.steps < 1 or a.warmup < 0:
+        p.error("--steps must be >= 1 and --warmup >= 0")
     a.workloads, a.backends = _choices(a.workloads, WORKLOADS), _choices(a.backends, BACKENDS)
     return a
 
@@ -119,17 +121,28 @@ def run_all(args, console) -> list:
     return results
 
 
+def revision() -> str:
+    """The lazydev code measured: commit, and whether lazydev/ or csrc/ has local changes."""
+    def git(*cmd):
+        out = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    head = git("rev-parse", "--short", "HEAD") or "unknown commit"
+    dirty = git("status", "--porcelain", "--", "lazydev", "csrc")
+    return head + (" + uncommitted changes" if dirty else "")
+
+
 def machine(args) -> dict:
     import torch
-    return {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-            "steps": args.steps, "warmup": args.warmup,
+    return {"revision": revision(), "cpus": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(), "steps": args.steps, "warmup": args.warmup,
             "cache": "warm (user's)" if args.warm_cache else "cold (fresh per worker)",
             "loadavg_start": os.getloadavg()}
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    console = Console()
+    # Wide enough for the table when piped to a file (rich assumes 80 columns off a terminal).
+    console = Console(width=None if sys.stdout.isatty() else 200)
     meta = machine(args)
     t0 = time.perf_counter()
     results = run_all(args, console)

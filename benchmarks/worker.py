@@ -125,7 +125,9 @@ def wse_stats(backend, timed: list, before: dict, step, i: int) -> dict:
     record = _median(r["record_s"] for r in timed)
     nodes = _median(r["nodes"] for r in timed)
     n_ops = sum(ops.values())
+    peak = backend.extra["device_peak_bytes"]()
     return {
+        "device_peak_mb": None if peak is None else peak / 2**20,
         "aten_ops": n_ops,
         "trace_nodes": nodes,
         "us_per_op": record / n_ops * 1e6 if n_ops else None,
@@ -148,11 +150,14 @@ def bench(workload: str, backend_name: str, steps: int, warmup: int) -> dict:
     torch.manual_seed(0)        # after backend init, so every backend builds the same weights
     step = WORKLOADS[workload](backend.device, backend.wrap)
     first = run_steps(step, backend, 0, 1)[0]
-    run_steps(step, backend, 1, warmup)
+    warm = run_steps(step, backend, 1, warmup)
     metrics = backend.extra.get("metrics")
     before = metrics.counters() if metrics else None
     timed = run_steps(step, backend, 1 + warmup, steps)
     result = summarise(first, timed)
+    # Step 2 matters too: an optimizer's first step creates its state (momentum, Adam moments),
+    # so the second step is a different graph and may compile again.
+    result["warmup_s"] = [r["step_s"] for r in warm]
     if metrics:
         result.update(wse_stats(backend, timed, before, step, 1 + warmup + steps))
     result.update(peak_rss_mb=maxrss_mb(), base_rss_mb=base_rss)

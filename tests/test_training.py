@@ -113,3 +113,15 @@ def test_out_of_range_gather_raises_index_error():
     idx = torch.tensor([[0, 7]]).to("wse")
     with pytest.raises(IndexError):
         torch.gather(x, 1, idx).cpu()
+
+
+def test_device_memory_does_not_grow_step_to_step():
+    import gc
+    from lazydev.runtime import memory_stats
+
+    def in_use(steps):
+        train("mlp", "wse", steps=steps)
+        lazydev.wait()
+        gc.collect()
+        return memory_stats()["bytes_in_use"], memory_stats()["num_buffers"]
+    assert in_use(3) == in_use(25)

@@ -69,6 +69,10 @@ class ExecQueue:
             if ticket.error is not None:
                 with self._lock:
                     self._unreported.append(ticket)
+            else:
+                # The undo record holds the buffers this run replaced; once it succeeded they
+                # are garbage (kept, each run would keep its predecessors' buffers alive).
+                ticket.context = None
             ticket.done.set()
 
     def wait(self, ticket: Ticket | None = None) -> list:
