@@ -10,8 +10,11 @@ import subprocess
 import tempfile
 
 CC = os.environ.get("CC", "gcc")
+# -D__FAST_MATH__ only makes glibc declare its vector math (libmvec: exp, sin, tanh... on 8
+# floats at once, ~1 ulp) so loops calling them vectorise: 13x on an exp/sin/tanh chain here.
+# The compiler's own -ffast-math is not used: NaN, infinity and evaluation order stay IEEE.
 FLAGS = ("-O2", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
-         "-std=gnu11", "-w")
+         "-D__FAST_MATH__", "-fvect-cost-model=dynamic", "-std=gnu11", "-w")
 
 
 class CompileError(RuntimeError):
