@@ -28,12 +28,18 @@ class WseTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, storage: Storage, size, stride=None, offset=0, requires_grad=False):
         size = tuple(size)
-        stride = build.contiguous_strides(size) if stride is None else tuple(stride)
+        fresh = stride is None        # a whole new storage, row-major: the common, fast case
+        stride = build.contiguous_strides(size) if fresh else tuple(stride)
         t = torch.Tensor._make_wrapper_subclass(
             cls, size, strides=stride, storage_offset=offset, dtype=storage.dtype, device=WSE,
             requires_grad=requires_grad)
         t._st = storage
-        t._set_meta(size, stride, offset)
+        if fresh and offset == 0:
+            t._lz_meta = (size, stride, 0, storage.numel, storage.dtype)
+            t._lz_full = True
+            t._lz_cache = None
+        else:
+            t._set_meta(size, stride, offset)
         return t
 
     def _set_meta(self, size, stride, offset):
