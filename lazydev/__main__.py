@@ -12,6 +12,8 @@ import sys
 # command -> (module under lazydev, one-line help).
 COMMANDS = {
     "demo": ("demo", "train an MLP and a transformer on wse and on CPU, compare the losses"),
+    "coverage": ("coverage", "run PyTorch's OpInfo samples on wse vs CPU; report native / "
+                 "fallback / fail per op (rich table, --json)"),
     "cache": ("cache_cli", "look into the on-disk compile cache: ls, show KEY, clear, stats"),
 }
 

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 # Per-dtype (atol, rtol), the same table as tests/conftest.py; other dtypes compare exactly.
+# Per-dtype (atol, rtol) against CPU eager; integers and bools exact. Shared with tests/.
 TOLERANCES = {
     torch.float64: (1e-7, 1e-7),
     torch.float32: (1e-5, 1.3e-6 * 10),
@@ -45,7 +46,30 @@ DEFAULT_TIMEOUT = 120.0     # seconds per entry
 
 # Entries that cannot be compared at all, with the reason (printed by pytest and the report).
 # Keep this short: an entry that merely fails belongs in the report as a failure, not here.
-SKIPS: dict = {}
+_SPARSE = "sparse layouts are not supported on wse (strided tensors only)"
+SKIPS: dict = {
+    "to_sparse": _SPARSE, "sparse.sampled_addmm": _SPARSE, "sparse.mm.reduce": _SPARSE,
+}
+
+# Entries that still fail, with what is known about why. They stay "fail" in the report; the
+# test marks them xfail with this reason (and the failure found) so CI shows them, not hides them.
+_GROW = "wse tensors cannot grow in place (resize_/set_ of a wrapper storage)"
+KNOWN_FAILURES = {
+    "addbmm": "CPU addbmm_ resizes a one-element input to the result's shape; " + _GROW,
+    "resize_": _GROW,
+    "linalg.matrix_power": "the CPU kernel resizes its out= tensor; " + _GROW,
+    "stft": "wrong gradient: the complex backward writes through view_as_real, which wse runs "
+            "on the CPU as a copy instead of an alias",
+    "linalg.eig": "NaN gradient through the complex CPU fallbacks; not investigated yet",
+    "native_batch_norm": "eval mode: the decomposition returns save_mean/save_invstd of shape "
+                         "[C]; the CPU kernel returns empty tensors",
+    "nn.functional.adaptive_max_pool1d": "aten.adaptive_max_pool2d: its wse handler returns "
+                                         "NotImplemented; not fixed yet",
+    "nn.functional.adaptive_max_pool2d": "aten.adaptive_max_pool2d: its wse handler returns "
+                                         "NotImplemented; not fixed yet",
+    "tensor_split": "the sample's index tensor must stay on the CPU, but the harness moves "
+                    "every tensor to wse",
+}
 
 # Entries whose output values are unspecified (uninitialised memory): only the shape and dtype
 # of their outputs are compared.
@@ -205,6 +229,9 @@ def check_sample(op, sample, backward: bool, seed: int = 0) -> list:
         expected = _call(op.op, inp, args, kwargs, seed)
     except Exception as e:
         return [f"CPU raises {type(e).__name__}: {_first_line(e)[:80]}"]
+    if values and _is_random(op, sample, expected, seed):
+        values = False
+        notes.append("random values: shapes and dtypes compared")
     w_inp, w_args, w_kwargs = _sample_args(sample, "wse", backward)
     actual = _call(op.op, w_inp, w_args, w_kwargs, seed)
     compare(actual, expected, "output", values)
@@ -214,6 +241,25 @@ def check_sample(op, sample, backward: bool, seed: int = 0) -> list:
     if op.inplace_variant is not None and isinstance(sample.input, torch.Tensor):
         notes += _check_inplace(op, sample, seed, values)
     return notes
+
+
+# Entries that draw dropout masks with a fixed seed inside the OpInfo wrapper: wse draws from the
+# CPU generator, but not in the CPU kernel's order, so only shapes and dtypes are comparable.
+DROPOUT = frozenset({"nn.functional.dropout", "nn.functional.multi_head_attention_forward"})
+
+
+def _is_random(op, sample, expected, seed: int) -> bool:
+    """Whether the sample's values depend on the random seed (dropout with p > 0, ...): wse
+    draws from the CPU generator, but not always in the CPU kernel's order."""
+    if op.name in DROPOUT or sample.kwargs.get("dropout_p", 0):
+        return True
+    inp, args, kwargs = _sample_args(sample, "cpu", False)
+    try:
+        again = _call(op.op, inp, args, kwargs, seed + 1)
+        compare(again, expected, "reseeded")
+    except Exception:           # noqa: BLE001 - any difference means the values are random
+        return True
+    return False
 
 
 def _check_backward(sample, cpu_in, expected, wse_in, actual) -> list:
@@ -297,6 +343,8 @@ def check_op(op, samples: int | None = DEFAULT_SAMPLES, backward: bool = True,
     res.fallbacks = dict(lazydev.metrics.counters()["fallbacks"])
     if res.status == "native" and res.fallbacks:
         res.status = "fallback"
+    if res.status == "fail" and res.op in KNOWN_FAILURES:
+        res.reason = f"known: {KNOWN_FAILURES[res.op]} ({res.reason})"
     if res.passed and res.fallbacks and not res.reason:
         res.reason = "CPU fallback: " + ", ".join(sorted(res.fallbacks))
     res.seconds = time.perf_counter() - t0
@@ -322,7 +370,9 @@ def _settle() -> None:
     """Run or drop whatever an earlier entry left pending, so entries do not affect each other."""
     import lazydev
     try:
-        lazydev.mark_step()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lazydev.mark_step()
     except Exception:           # noqa: BLE001 - the pending work belonged to a failed entry
         pass
 

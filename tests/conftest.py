@@ -4,13 +4,9 @@ import torch
 
 import lazydev
 
-# Per-dtype tolerances (atol, rtol); integers and bools are compared exactly.
-TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-5, 1.3e-6 * 10),
-    torch.float16: (1e-3, 1e-3),
-    torch.bfloat16: (1e-2, 1.6e-2),
-}
+# Per-dtype tolerances (atol, rtol), one table for all tests and the coverage report;
+# integers and bools are compared exactly.
+from lazydev.coverage import TOLERANCES  # noqa: E402
 
 
 def assert_same(actual, expected):

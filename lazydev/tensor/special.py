@@ -56,6 +56,15 @@ def _to_copy(func, args, kwargs):
     return lowered_op(func, (x,), kw)
 
 
+@special(torch.ops.prims.copy_to.default)
+def _prims_copy_to(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if isinstance(dst, WseTensor) and isinstance(src, WseTensor):
+        write(dst, value(src))
+        return dst
+    return _copy_(func, args, kwargs)
+
+
 @special(aten._local_scalar_dense.default)
 def _item(func, args, kwargs):
     return to_cpu(args[0], reason="item").item()
@@ -88,6 +97,9 @@ SPECIAL[aten.uniform_.default] = _random(lambda c, *a, **k: c.uniform_(*a, **k))
 SPECIAL[aten.exponential_.default] = _random(lambda c, *a, **k: c.exponential_(*a, **k))
 for _ov in ("default", "from", "to"):
     SPECIAL[getattr(aten.random_, _ov)] = _random(lambda c, *a, **k: c.random_(*a, **k))
+for _name in ("cauchy_", "geometric_", "log_normal_"):
+    SPECIAL[getattr(aten, _name).default] = _random(
+        lambda c, *a, _m=_name, **k: getattr(c, _m)(*a, **k))
 SPECIAL[aten.bernoulli_.float] = _random(lambda c, *a, **k: c.bernoulli_(*a, **k))
 
 

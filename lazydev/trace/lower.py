@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .build import Unsupported, as_node, cast, const, ew, expand, full, permute, reduce, reshape
+from .build import contiguous_strides as build_strides
 from .ir import Node, Op
 
 aten = torch.ops.aten
@@ -52,8 +53,9 @@ _UNARY_OPS = {
     "log1p": Op.LOG1P, "expm1": Op.EXPM1, "asin": Op.ASIN, "acos": Op.ACOS, "atan": Op.ATAN,
     "sinh": Op.SINH, "cosh": Op.COSH, "asinh": Op.ASINH, "acosh": Op.ACOSH, "atanh": Op.ATANH,
     "exp2": Op.EXP2, "log2": Op.LOG2, "log10": Op.LOG10, "relu": Op.RELU, "lgamma": Op.LGAMMA,
-    "erfinv": Op.ERFINV, "bitwise_not": Op.BITNOT,
+    "bitwise_not": Op.BITNOT,
 }
+# erfinv has no C library function and no expression here yet: it runs on the CPU.
 for _name, _op in _UNARY_OPS.items():
     register(getattr(aten, _name).default)(_unary(_op))
 register(aten.logical_not.default)(_predicate(Op.NOT))
@@ -542,3 +544,45 @@ def _broadcast_in_dim(spec, x, shape, broadcast_dimensions):
     for src_dim, out_dim in enumerate(broadcast_dimensions):
         kept[out_dim] = x.shape[src_dim]
     return expand(reshape(x, tuple(kept)), tuple(shape))
+
+
+@register(aten.flip.default, prims.rev.default)
+def _flip(spec, x, dims):
+    """Reversal is a read with negative strides over the flat input (no data movement)."""
+    nd = len(x.shape)
+    if not nd or x.numel == 0:
+        return x
+    stride = list(build_strides(x.shape))
+    offset = 0
+    for d in {d % nd for d in dims}:
+        if x.shape[d] > 1:
+            offset += (x.shape[d] - 1) * stride[d]
+            stride[d] = -stride[d]
+    flat = reshape(x, (x.numel,))
+    return Node(Op.AS_STRIDED, x.dtype, x.shape, (flat,), (tuple(stride), offset))
+
+
+@register(prims.copy_strided.default)
+def _copy_strided(spec, x, stride):
+    return x                # wse values have no layout: a copy with other strides is the value
+
+
+def _view_scatter(view):
+    """x.clone() with view(clone, ...) overwritten by src, as one strided scatter. The view's
+    strides come from its meta kernel on a contiguous tensor: a wse value is row-major whatever
+    the input's strides (the _refs decompositions clone preserving strides, which is wrong for
+    an expanded input: its diagonal would alias one element)."""
+    def lower(spec, x, src, *args, **kwargs):
+        v = view(torch.empty(x.shape, dtype=x.dtype, device="meta"), *args, **kwargs)
+        size = tuple(v.shape)
+        value = expand(cast(src, spec.dtype), size)
+        flat = reshape(cast(x, spec.dtype), (x.numel,))
+        out = Node(Op.SCATTER_STRIDED, spec.dtype, (x.numel,), (flat, value),
+                   (size, tuple(v.stride()), v.storage_offset()))
+        return reshape(out, spec.shape)
+    return lower
+
+
+register(aten.diagonal_scatter.default)(_view_scatter(torch.diagonal))
+register(aten.select_scatter.default)(_view_scatter(torch.select))
+register(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
