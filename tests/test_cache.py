@@ -76,18 +76,22 @@ def _square_sum(n):
     return (x * x).sum().item()
 
 
-def test_truncated_entry_is_reported_and_rebuilt(fresh_cache):
-    assert _square_sum(10) == 285.0
-    entries = cache.entries()
-    assert len(entries) == 1
-    path = entries[0]["path"]
-    with open(path, "r+b") as f:
+def test_truncated_entry_is_reported_and_rebuilt(tmp_path):
+    # Corruption happens to files on disk, between processes: the test process never maps the
+    # entry (truncating a shared object a process has loaded is a fault for that process).
+    first = _result(_run_script(tmp_path))
+    entries = _entries(tmp_path)
+    victim = max(entries, key=lambda e: e["bytes"])["path"]
+    with open(victim, "r+b") as f:
         f.truncate(100)
-    lazydev.compile.clear_memory_cache()
-    with pytest.warns(cache.CacheCorruptionWarning, match="truncated or corrupt"):
-        assert _square_sum(10) == 285.0
-    assert lazydev.metrics.counters()["compilations"] == 2
-    assert os.path.getsize(path) > 100
+    proc = _run_script(tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    second = json.loads(out.strip().splitlines()[-1])
+    assert "CacheCorruptionWarning" in err and "truncated or corrupt" in err
+    assert second["counters"]["compilations"] == 1
+    assert second["losses"] == first["losses"]
+    assert os.path.getsize(victim) > 100
 
 
 def test_recompile_limit_raises_on_the_third_shape(fresh_cache):

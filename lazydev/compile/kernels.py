@@ -27,11 +27,27 @@ def _store(e: Emitter, n: Node, flat: str, value: str) -> None:
     e.b.line(f"{e.ptr(n)}[{flat}] = {cexpr.store_expr(n.dtype, value)};")
 
 
+ROW_MIN = 8     # a last dim at least this long gets its own inner loop
+
+
 def pointwise(e: Emitter, n: Node) -> None:
-    numel = n.numel
-    _omp(e.b, numel)
-    with e.b.block(f"for (int64_t i = 0; i < {numel}; i++)"):
-        _store(e, n, "i", e.compute(n, Idx(n.shape, flat="i")))
+    """Row template: the outer loop runs over rows (their coordinates computed once per row),
+    the inner loop over the last dim, where contiguous and broadcast reads are plain strided
+    loads the compiler vectorises. Short rows use one flat loop."""
+    numel, b = n.numel, e.b
+    inner = n.shape[-1] if n.shape else 1
+    if len(n.shape) < 2 or inner < ROW_MIN:
+        _omp(b, numel)
+        with b.block(f"for (int64_t i = 0; i < {numel}; i++)"):
+            _store(e, n, "i", e.compute(n, Idx(n.shape, flat="i")))
+        return
+    _omp(b, numel)
+    with b.block(f"for (int64_t o = 0; o < {numel // inner}; o++)"):
+        rows = Idx(n.shape[:-1], flat="o")
+        dims = [e.dim(rows, k) for k in range(len(n.shape) - 1)]
+        with b.block(f"for (int64_t j = 0; j < {inner}; j++)"):
+            idx = Idx(n.shape, dims=dims + ["j"], flat=f"o * {inner} + j")
+            _store(e, n, idx.flat, e.compute(n, idx))
 
 
 def _reduce_positions(e: Emitter, n: Node, x: Node, axes, o: str, r: str) -> Idx:
@@ -46,11 +62,17 @@ def _reduce_positions(e: Emitter, n: Node, x: Node, axes, o: str, r: str) -> Idx
     return Idx(x.shape, dims=dims)
 
 
+_SIMD_REDUCE = {Op.SUM: "+", Op.PROD: "*"}
+COLUMN_BLOCK = 64
+
+
 def reduction(e: Emitter, n: Node) -> None:
     x = n.src[0]
     axes = n.arg
     red = _prod([x.shape[a] for a in axes])
     out_numel, b = n.numel, e.b
+    if n.op in _SIMD_REDUCE and out_numel > 1 and axes == tuple(range(len(axes))):
+        return column_reduction(e, n, red)
     acc_t = cexpr.acc_type(n.op, n.dtype)
     inner_parallel = out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN
     if not inner_parallel and out_numel > 1:
@@ -58,11 +80,34 @@ def reduction(e: Emitter, n: Node) -> None:
     with b.block(f"for (int64_t o = 0; o < {out_numel}; o++)"):
         b.line(f"{acc_t} acc = {cexpr.REDUCE_INIT[n.op](n.dtype)};")
         if inner_parallel:
-            b.line("#pragma omp parallel for schedule(static) reduction(+:acc)")
+            b.line("#pragma omp parallel for simd schedule(static) reduction(+:acc)")
+        elif n.op in _SIMD_REDUCE:
+            # Lets the compiler reorder this sum into vector lanes (the order PyTorch's own
+            # vectorised kernels use differs from a serial sum anyway).
+            b.line(f"#pragma omp simd reduction({_SIMD_REDUCE[n.op]}:acc)")
         with b.block(f"for (int64_t r = 0; r < {red}; r++)"):
             v = e.load(x, _reduce_positions(e, n, x, axes, "o", "r"))
             b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
         _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+
+
+def column_reduction(e: Emitter, n: Node, red: int) -> None:
+    """Sum/prod over leading axes (a bias gradient over the batch): rows are read in order,
+    each adding into a block of accumulators, instead of striding down every column."""
+    x, b, out = n.src[0], e.b, n.numel
+    acc_t = cexpr.acc_type(n.op, n.dtype)
+    _omp(b, out * red)
+    with b.block(f"for (int64_t ob = 0; ob < {out}; ob += {COLUMN_BLOCK})"):
+        b.line(f"const int64_t w = {out} - ob < {COLUMN_BLOCK} ? {out} - ob : {COLUMN_BLOCK};")
+        init = cexpr.REDUCE_INIT[n.op](n.dtype)
+        b.line(f"{acc_t} acc[{COLUMN_BLOCK}];")
+        b.line(f"for (int64_t j = 0; j < {COLUMN_BLOCK}; j++) acc[j] = {init};")
+        with b.block(f"for (int64_t r = 0; r < {red}; r++)"):
+            with b.block("for (int64_t j = 0; j < w; j++)"):
+                v = e.load(x, Idx(x.shape, flat=f"r * {out} + ob + j"))
+                b.line(cexpr.reduce_step(n.op, n.dtype, "acc[j]", v))
+        with b.block("for (int64_t j = 0; j < w; j++)"):
+            _store(e, n, "ob + j", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc[j]"))
 
 
 def argreduction(e: Emitter, n: Node) -> None:
