@@ -586,3 +586,5 @@ def _view_scatter(view):
 register(aten.diagonal_scatter.default)(_view_scatter(torch.diagonal))
 register(aten.select_scatter.default)(_view_scatter(torch.select))
 register(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
+
+from . import lower_nn  # noqa: E402,F401  (registers the native nn lowerings)

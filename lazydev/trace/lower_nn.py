@@ -1,0 +1,229 @@
+"""Native lowerings of the composite ops every training step uses.
+
+torch._decomp has decompositions for all of these; lowering them here instead records a few
+nodes directly, where the decomposition would dispatch (and meta-infer) a dozen or more aten ops
+through Python each step. The formulas are the decompositions' own.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .build import Unsupported, as_node, cast, ew, expand, full, reduce, reshape
+from .ir import Node, Op
+from .lower import register
+
+aten = torch.ops.aten
+
+
+def _dim(x: Node, dim: int) -> int:
+    return dim % len(x.shape) if x.shape else 0
+
+
+def _float(x: Node, dtype) -> Node:
+    if not dtype.is_floating_point or dtype not in (torch.float32, torch.float64):
+        raise Unsupported(f"{dtype}: left to the decomposition (half precision rounding)")
+    return cast(x, dtype)
+
+
+def _bin(op: Op, a: Node, b: Node) -> Node:
+    """Elementwise with broadcasting between node shapes."""
+    shape = tuple(torch.broadcast_shapes(a.shape, b.shape))
+    return ew(op, a.dtype, shape, a, b)
+
+
+def _un(op: Op, a: Node) -> Node:
+    return Node(op, a.dtype, a.shape, (a,))
+
+
+def _k(value, like: Node) -> Node:
+    return as_node(value, like.dtype)
+
+
+@register(aten._log_softmax.default)
+def _log_softmax(spec, x, dim, half_to_float):
+    x = _float(x, spec.dtype)
+    d = _dim(x, dim)
+    shifted = _bin(Op.SUB, x, reduce(Op.RMAX, x, (d,), True, x.dtype))
+    lse = _un(Op.LOG, reduce(Op.SUM, _un(Op.EXP, shifted), (d,), True, x.dtype))
+    return _bin(Op.SUB, shifted, lse)
+
+
+@register(aten._softmax.default)
+def _softmax(spec, x, dim, half_to_float):
+    x = _float(x, spec.dtype)
+    d = _dim(x, dim)
+    e = _un(Op.EXP, _bin(Op.SUB, x, reduce(Op.RMAX, x, (d,), True, x.dtype)))
+    return _bin(Op.DIV, e, reduce(Op.SUM, e, (d,), True, x.dtype))
+
+
+@register(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(spec, grad, out, dim, input_dtype):
+    grad, out = _float(grad, spec.dtype), _float(out, spec.dtype)
+    d = _dim(grad, dim)
+    total = reduce(Op.SUM, grad, (d,), True, grad.dtype)
+    return _bin(Op.SUB, grad, _bin(Op.MUL, _un(Op.EXP, out), total))
+
+
+@register(aten._softmax_backward_data.default)
+def _softmax_backward(spec, grad, out, dim, input_dtype):
+    grad, out = _float(grad, spec.dtype), _float(out, spec.dtype)
+    d = _dim(grad, dim)
+    dot = reduce(Op.SUM, _bin(Op.MUL, grad, out), (d,), True, grad.dtype)
+    return _bin(Op.MUL, out, _bin(Op.SUB, grad, dot))
+
+
+def _nll_parts(x, target, weight, ignore_index):
+    if weight is not None or len(x.shape) not in (1, 2):
+        raise Unsupported("nll_loss with class weights or spatial dims: decomposition")
+    valid = ew(Op.NE, torch.bool, target.shape, target, as_node(ignore_index, target.dtype))
+    safe = ew(Op.WHERE, target.dtype, target.shape, valid, target, as_node(0, target.dtype))
+    return valid, safe
+
+
+@register(aten.nll_loss_forward.default)
+def _nll_loss_forward(spec, x, target, weight, reduction, ignore_index):
+    x = _float(x, spec[0].dtype)
+    valid, safe = _nll_parts(x, target, weight, ignore_index)
+    if len(x.shape) == 2:
+        idx = reshape(safe, (safe.shape[0], 1))
+        picked = reshape(Node(Op.GATHER, x.dtype, idx.shape, (x, idx), 1), target.shape)
+    else:
+        picked = reshape(Node(Op.GATHER, x.dtype, (1,), (x, reshape(safe, (1,))), 0), ())
+    loss = ew(Op.WHERE, x.dtype, picked.shape, valid, _un(Op.NEG, picked), _k(0, x))
+    count = reduce(Op.SUM, cast(valid, x.dtype), range(len(valid.shape)), False, x.dtype)
+    if reduction == 0:
+        return loss, full(0, x.dtype, ())
+    total = reduce(Op.SUM, loss, range(len(loss.shape)), False, x.dtype)
+    return (_bin(Op.DIV, total, count) if reduction == 1 else total), count
+
+
+@register(aten.nll_loss_backward.default)
+def _nll_loss_backward(spec, grad, x, target, weight, reduction, ignore_index, total_weight):
+    grad = _float(grad, spec.dtype)
+    valid, safe = _nll_parts(x, target, weight, ignore_index)
+    if reduction == 1:
+        grad = _bin(Op.DIV, grad, cast(total_weight, grad.dtype))
+    if len(x.shape) == 2:
+        cls = Node(Op.INDEX, torch.int64, x.shape, (), 1)
+        hit = ew(Op.EQ, torch.bool, x.shape, cls, expand(reshape(safe, (x.shape[0], 1)), x.shape))
+        keep = expand(reshape(valid, (x.shape[0], 1)), x.shape)
+        g = grad if reduction != 0 else reshape(grad, (x.shape[0], 1))
+    else:
+        hit = ew(Op.EQ, torch.bool, x.shape, Node(Op.INDEX, torch.int64, x.shape, (), 0), safe)
+        keep, g = valid, grad
+    mask = ew(Op.AND, torch.bool, x.shape, hit, keep)
+    return ew(Op.WHERE, grad.dtype, x.shape, mask, _un(Op.NEG, expand(g, x.shape)), _k(0, grad))
+
+
+@register(aten.threshold_backward.default)
+def _threshold_backward(spec, grad, x, threshold):
+    below = ew(Op.LE, torch.bool, spec.shape, x, as_node(threshold, x.dtype))
+    return ew(Op.WHERE, spec.dtype, spec.shape, below, as_node(0, spec.dtype), cast(grad, spec.dtype))
+
+
+def _norm_axes(x, normalized_shape):
+    k = len(normalized_shape)
+    return tuple(range(len(x.shape) - k, len(x.shape)))
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(spec, x, normalized_shape, weight, bias, eps):
+    x = _float(x, spec[0].dtype)
+    axes = _norm_axes(x, normalized_shape)
+    n = math.prod(x.shape[a] for a in axes)
+    mean = _bin(Op.DIV, reduce(Op.SUM, x, axes, True, x.dtype), _k(n, x))
+    xc = _bin(Op.SUB, x, mean)
+    var = _bin(Op.DIV, reduce(Op.SUM, _bin(Op.MUL, xc, xc), axes, True, x.dtype), _k(n, x))
+    rstd = _un(Op.RSQRT, _bin(Op.ADD, var, as_node(eps, x.dtype)))
+    out = _bin(Op.MUL, xc, rstd)
+    if weight is not None:
+        out = _bin(Op.MUL, out, cast(weight, x.dtype))
+    if bias is not None:
+        out = _bin(Op.ADD, out, cast(bias, x.dtype))
+    return out, reshape(mean, spec[1].shape), reshape(rstd, spec[2].shape)
+
+
+@register(aten.native_layer_norm_backward.default)
+def _layer_norm_backward(spec, grad, x, normalized_shape, mean, rstd, weight, bias, mask):
+    dt = spec[0].dtype if spec[0] is not None else x.dtype
+    grad, x = _float(grad, dt), _float(x, dt)
+    axes = _norm_axes(x, normalized_shape)
+    batch = tuple(range(len(x.shape) - len(axes)))
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    mean, rstd = reshape(cast(mean, dt), kept), reshape(cast(rstd, dt), kept)
+    xhat = _bin(Op.MUL, _bin(Op.SUB, x, mean), rstd)
+    g = _bin(Op.MUL, grad, cast(weight, dt)) if weight is not None else grad
+    n = math.prod(x.shape[a] for a in axes)
+    outs = [None, None, None]
+    if mask[0]:
+        m1 = _bin(Op.DIV, reduce(Op.SUM, g, axes, True, dt), _k(n, g))
+        m2 = _bin(Op.DIV, reduce(Op.SUM, _bin(Op.MUL, g, xhat), axes, True, dt), _k(n, g))
+        inner = _bin(Op.SUB, _bin(Op.SUB, g, m1), _bin(Op.MUL, xhat, m2))
+        outs[0] = _bin(Op.MUL, inner, rstd)
+    if mask[1] and weight is not None:
+        outs[1] = cast(reduce(Op.SUM, _bin(Op.MUL, grad, xhat), batch, False, dt), weight.dtype)
+    if mask[2] and bias is not None:
+        outs[2] = cast(reduce(Op.SUM, grad, batch, False, dt), bias.dtype)
+    return tuple(outs)
+
+
+_SQRT1_2 = math.sqrt(0.5)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+
+@register(aten.gelu.default)
+def _gelu(spec, x, approximate="none"):
+    x = _float(x, spec.dtype)
+    half = _k(0.5, x)
+    if approximate == "tanh":
+        cube = _bin(Op.MUL, _bin(Op.MUL, x, x), x)
+        inner = _bin(Op.MUL, _k(math.sqrt(2 / math.pi), x),
+                     _bin(Op.ADD, x, _bin(Op.MUL, _k(0.044715, x), cube)))
+        return _bin(Op.MUL, _bin(Op.MUL, half, x), _bin(Op.ADD, _k(1, x), _un(Op.TANH, inner)))
+    cdf = _bin(Op.MUL, half, _bin(Op.ADD, _k(1, x), _un(Op.ERF, _bin(Op.MUL, x, _k(_SQRT1_2, x)))))
+    return _bin(Op.MUL, x, cdf)
+
+
+@register(aten.gelu_backward.default)
+def _gelu_backward(spec, grad, x, approximate="none"):
+    if approximate != "none":
+        raise Unsupported("tanh gelu backward: decomposition")
+    grad, x = _float(grad, spec.dtype), _float(x, spec.dtype)
+    cdf = _bin(Op.MUL, _k(0.5, x),
+               _bin(Op.ADD, _k(1, x), _un(Op.ERF, _bin(Op.MUL, x, _k(_SQRT1_2, x)))))
+    pdf = _bin(Op.MUL, _un(Op.EXP, _bin(Op.MUL, _k(-0.5, x), _bin(Op.MUL, x, x))),
+               _k(_INV_SQRT_2PI, x))
+    return _bin(Op.MUL, grad, _bin(Op.ADD, cdf, _bin(Op.MUL, x, pdf)))
+
+
+def _addc_lowering(op: Op):
+    def lower(spec, x, t1, t2, value=1):
+        dt = spec.dtype
+        if not dt.is_floating_point:
+            raise Unsupported("integer addcdiv/addcmul: decomposition")
+        prod = ew(op, dt, spec.shape, cast(t1, dt), cast(t2, dt))
+        scaled = ew(Op.MUL, dt, spec.shape, prod, as_node(value, dt))
+        return ew(Op.ADD, dt, spec.shape, cast(x, dt), scaled)
+    return lower
+
+
+register(aten.addcmul.default)(_addc_lowering(Op.MUL))
+register(aten.addcdiv.default)(_addc_lowering(Op.DIV))
+
+
+@register(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(spec, start, end, weight):
+    dt = spec.dtype
+    if not dt.is_floating_point:
+        raise Unsupported("integer lerp")
+    s, e = cast(start, dt), cast(end, dt)
+    w = as_node(weight, dt)
+    # ATen's formula: |w| < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
+    diff = ew(Op.SUB, dt, spec.shape, e, s)
+    low = ew(Op.ADD, dt, spec.shape, s, ew(Op.MUL, dt, spec.shape, w, diff))
+    high = ew(Op.SUB, dt, spec.shape, e,
+              ew(Op.MUL, dt, spec.shape, diff, ew(Op.SUB, dt, spec.shape, _k(1, w), w)))
+    small = ew(Op.LT, torch.bool, spec.shape, ew(Op.ABS, dt, spec.shape, w), _k(0.5, w))
+    return ew(Op.WHERE, dt, spec.shape, small, low, high)
