@@ -125,3 +125,28 @@ def test_device_memory_does_not_grow_step_to_step():
         gc.collect()
         return memory_stats()["bytes_in_use"], memory_stats()["num_buffers"]
     assert in_use(3) == in_use(25)
+
+
+def test_batch_norm_running_statistics_match_cpu():
+    from lazydev.examples import CNN
+
+    def run(device):
+        torch.manual_seed(0)
+        model = CNN().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(3):
+            x = torch.randn(8, 1, 28, 28).to(device)
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if device == "wse":
+                lazydev.mark_step()
+        model.eval()
+        with torch.no_grad():
+            out = model(torch.ones(2, 1, 28, 28).to(device))
+        return {k: v.cpu() for k, v in model.state_dict().items()}, out.cpu()
+    (cpu_state, cpu_out), (wse_state, wse_out) = run("cpu"), run("wse")
+    for k in cpu_state:
+        torch.testing.assert_close(wse_state[k], cpu_state[k], rtol=1e-4, atol=1e-5, msg=k)
+    torch.testing.assert_close(wse_out, cpu_out, rtol=1e-4, atol=1e-5)

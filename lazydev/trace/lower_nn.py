@@ -227,3 +227,50 @@ def _lerp(spec, start, end, weight):
               ew(Op.MUL, dt, spec.shape, diff, ew(Op.SUB, dt, spec.shape, _k(1, w), w)))
     small = ew(Op.LT, torch.bool, spec.shape, ew(Op.ABS, dt, spec.shape, w), _k(0.5, w))
     return ew(Op.WHERE, dt, spec.shape, small, low, high)
+
+
+def batch_norm_train(x: Node, weight, bias, eps: float):
+    """Training-mode batch norm over all dims but 1: (out, mean [C], invstd [C], var [C])."""
+    dt = x.dtype
+    axes = (0,) + tuple(range(2, len(x.shape)))
+    n = math.prod(x.shape[a] for a in axes)
+    keep = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    mean = _bin(Op.DIV, reduce(Op.SUM, x, axes, True, dt), _k(n, x))
+    xc = _bin(Op.SUB, x, mean)
+    var = _bin(Op.DIV, reduce(Op.SUM, _bin(Op.MUL, xc, xc), axes, True, dt), _k(n, x))
+    invstd = _un(Op.RSQRT, _bin(Op.ADD, var, as_node(eps, dt)))
+    out = _bin(Op.MUL, xc, invstd)
+    if weight is not None:
+        out = _bin(Op.MUL, out, reshape(cast(weight, dt), keep))
+    if bias is not None:
+        out = _bin(Op.ADD, out, reshape(cast(bias, dt), keep))
+    c = (x.shape[1],)
+    return out, reshape(mean, c), reshape(invstd, c), reshape(var, c), n
+
+
+@register(aten.native_batch_norm_backward.default)
+def _batch_norm_backward(spec, grad, x, weight, running_mean, running_var, save_mean,
+                         save_invstd, train, eps, mask):
+    if not train or save_mean is None:
+        raise Unsupported("eval-mode batch norm backward: decomposition")
+    dt = x.dtype
+    grad, x = _float(grad, dt), _float(x, dt)
+    axes = (0,) + tuple(range(2, len(x.shape)))
+    n = math.prod(x.shape[a] for a in axes)
+    keep = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    mean, invstd = reshape(cast(save_mean, dt), keep), reshape(cast(save_invstd, dt), keep)
+    xhat = _bin(Op.MUL, _bin(Op.SUB, x, mean), invstd)
+    gb = reduce(Op.SUM, grad, axes, True, dt)
+    gw = reduce(Op.SUM, _bin(Op.MUL, grad, xhat), axes, True, dt)
+    outs = [None, None, None]
+    if mask[0]:
+        scale = invstd if weight is None else _bin(Op.MUL, invstd, reshape(cast(weight, dt), keep))
+        centred = _bin(Op.SUB, _bin(Op.SUB, grad, _bin(Op.DIV, gb, _k(n, x))),
+                       _bin(Op.MUL, xhat, _bin(Op.DIV, gw, _k(n, x))))
+        outs[0] = _bin(Op.MUL, centred, scale)
+    c = (x.shape[1],)
+    if mask[1] and weight is not None:
+        outs[1] = cast(reshape(gw, c), weight.dtype)
+    if mask[2]:
+        outs[2] = reshape(gb, c)
+    return tuple(outs)
