@@ -274,3 +274,69 @@ def _batch_norm_backward(spec, grad, x, weight, running_mean, running_var, save_
     if mask[2]:
         outs[2] = reshape(gb, c)
     return tuple(outs)
+
+
+def _pair(v, default=None):
+    """A 2-d pooling parameter as [h, w] (ints, 1-lists and empty lists accepted)."""
+    if isinstance(v, int):
+        v = [v]
+    v = list(v) if v else list(default or [])
+    return v * 2 if len(v) == 1 else v
+
+
+def _pool_window_index(shape, r: Node, kw, stride, padding, dilation, width):
+    """Input index ih * W + iw of window element r at each output position."""
+    i64 = torch.int64
+
+    def coord(dim, k_part, s, p, d):
+        pos = Node(Op.INDEX, i64, shape, (), dim)
+        return _bin(Op.ADD, _bin(Op.MUL, pos, as_node(s, i64)),
+                    _bin(Op.SUB, _bin(Op.MUL, k_part, as_node(d, i64)), as_node(p, i64)))
+    kh_part = _bin(Op.FLOORDIV, r, as_node(kw, i64))
+    kw_part = _bin(Op.MOD, r, as_node(kw, i64))
+    ih = coord(len(shape) - 2, kh_part, stride[0], padding[0], dilation[0])
+    iw = coord(len(shape) - 1, kw_part, stride[1], padding[1], dilation[1])
+    return _bin(Op.ADD, _bin(Op.MUL, ih, as_node(width, i64)), iw)
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d(spec, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if not x.dtype.is_floating_point or len(x.shape) not in (3, 4):
+        raise Unsupported("max_pool2d of non-float or non-2d input: decomposition")
+    k, p, d = _pair(kernel_size), _pair(padding, [0]), _pair(dilation, [1])
+    s = _pair(stride, k)
+    x4 = x if len(x.shape) == 4 else reshape(x, (1,) + x.shape)
+    n, c, h, w = x4.shape
+    out4 = (n, c) + tuple(spec[0].shape[-2:])
+    oh, ow = out4[2:]
+    # Pad with -inf (right padding also covers ceil_mode's partial windows), view the padded
+    # input as windows, reduce each window.
+    extra = [max(0, (o - 1) * st + (kk - 1) * dd + 1 - size - pp)
+             for o, st, kk, dd, size, pp in ((oh, s[0], k[0], d[0], h, p[0]),
+                                               (ow, s[1], k[1], d[1], w, p[1]))]
+    hp, wp = h + p[0] + extra[0], w + p[1] + extra[1]
+    padded = Node(Op.PAD, x.dtype, (n, c, hp, wp), (x4, as_node(float("-inf"), x.dtype)),
+                  ((0, 0), (0, 0), (p[0], extra[0]), (p[1], extra[1])))
+    win_shape = (n, c, oh, ow, k[0], k[1])
+    strides = (c * hp * wp, hp * wp, s[0] * wp, s[1], d[0] * wp, d[1])
+    windows = Node(Op.AS_STRIDED, x.dtype, win_shape, (padded,), (strides, 0))
+    flat = reshape(windows, (n, c, oh, ow, k[0] * k[1]))
+    values = reduce(Op.RMAX, flat, (4,), False, x.dtype)
+    r = reshape(Node(Op.ARGMAX, torch.int64, (n, c, oh, ow, 1), (flat,), 4), out4)
+    index = _pool_window_index(out4, r, k[1], s, p, d, w)
+    return reshape(values, spec[0].shape), reshape(index, spec[1].shape)
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(spec, grad, x, kernel_size, stride, padding, dilation, ceil_mode,
+                         indices):
+    if not x.dtype.is_floating_point:
+        raise Unsupported("integer max_pool2d backward")
+    lead = x.shape[:-2]
+    plane = x.shape[-2] * x.shape[-1]
+    outs = grad.shape[-2] * grad.shape[-1]
+    base = full(0, spec.dtype, lead + (plane,))
+    idx = reshape(indices, lead + (outs,))
+    val = reshape(cast(grad, spec.dtype), lead + (outs,))
+    gi = Node(Op.SCATTER, spec.dtype, base.shape, (base, idx, val), (len(lead), "add"))
+    return reshape(gi, spec.shape)
