@@ -11,7 +11,6 @@ to a const temporary, so a value used twice in one loop body is computed once.
 """
 from __future__ import annotations
 
-import torch
 
 from ..trace.ir import BINARY, UNARY, Node, Op
 from . import cexpr

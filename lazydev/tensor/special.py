@@ -190,7 +190,7 @@ __all__ = ["build", "_node_args"]
 def _native_batch_norm(func, args, kwargs):
     """Training-mode batch norm recorded directly (the decomposition dispatches ~30 ops); it
     also writes the running statistics, which the schema does not mark as mutated."""
-    from ..trace.build import Unsupported, as_node, cast
+    from ..trace.build import as_node, cast
     from ..trace.ir import Op
     from ..trace.lower_nn import _bin, batch_norm_train
     from .dispatch import decomposed_op
