@@ -53,6 +53,17 @@ class WseTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    # Being a "traceable wrapper subclass" makes nn.Module._apply swap converted parameters in
+    # place (torch.utils.swap_tensors) instead of making new Parameter objects, which would
+    # untie shared weights (a head tied to an embedding) on model.to("wse").
+    def __tensor_flatten__(self):
+        return [], (self._st, self._lz_meta[:3])
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        storage, (size, stride, offset) = ctx
+        return WseTensor(storage, size, stride, offset)
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         from .dispatch import dispatch
@@ -65,6 +76,14 @@ class WseTensor(torch.Tensor):
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         # PyTorch names subclasses in the prefix; a wse tensor prints as any device tensor does.
         return text.replace(f"{type(self).__name__}(", "tensor(", 1)
+
+    def __reduce_ex__(self, protocol):
+        """Pickling (torch.save) stores the values as a CPU tensor: loading gives CPU tensors,
+        which `.to("wse")` or `load_state_dict` into a wse model bring back."""
+        cpu = to_cpu(self, reason="save")
+        if self.requires_grad:
+            cpu.requires_grad_()
+        return cpu.__reduce_ex__(protocol)
 
     def __bool__(self):
         return bool(to_cpu(self, reason="bool"))

@@ -340,3 +340,56 @@ def _max_pool2d_backward(spec, grad, x, kernel_size, stride, padding, dilation, 
     val = reshape(cast(grad, spec.dtype), lead + (outs,))
     gi = Node(Op.SCATTER, spec.dtype, base.shape, (base, idx, val), (len(lead), "add"))
     return reshape(gi, spec.shape)
+
+
+def _chunks(x: Node, n: int, dim: int = 1):
+    size = x.shape[dim] // n
+    strides = []
+    st = 1
+    for d in reversed(x.shape):
+        strides.append(st)
+        st *= d
+    strides = tuple(reversed(strides))
+    flat = reshape(x, (x.numel,))
+    return [Node(Op.AS_STRIDED, x.dtype, x.shape[:dim] + (size,) + x.shape[dim + 1:], (flat,),
+                 (strides, k * size * strides[dim])) for k in range(n)]
+
+
+@register(aten._thnn_fused_lstm_cell.default)
+def _lstm_cell(spec, input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """The fused LSTM cell PyTorch uses on accelerators: (hy, cy, workspace = activated gates)."""
+    dt = spec[0].dtype
+    gates = _bin(Op.ADD, _float(input_gates, dt), _float(hidden_gates, dt))
+    for b in (input_bias, hidden_bias):
+        if b is not None:
+            gates = _bin(Op.ADD, gates, cast(b, dt))
+    i, f, g, o = _chunks(gates, 4)
+    i, f, g, o = _un(Op.SIGMOID, i), _un(Op.SIGMOID, f), _un(Op.TANH, g), _un(Op.SIGMOID, o)
+    cy = _bin(Op.ADD, _bin(Op.MUL, f, cast(cx, dt)), _bin(Op.MUL, i, g))
+    hy = _bin(Op.MUL, o, _un(Op.TANH, cy))
+    workspace = Node(Op.CAT, dt, gates.shape, (i, f, g, o), 1)
+    return hy, cy, reshape(workspace, spec[2].shape)
+
+
+@register(aten._thnn_fused_lstm_cell_backward_impl.default)
+def _lstm_cell_backward(spec, grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    dt = cy.dtype
+    i, f, g, o = _chunks(_float(workspace, dt), 4)
+    one = _k(1, cy)
+    tanh_cy = _un(Op.TANH, cy)
+    gcy = grad_cy if grad_cy is not None else full(0, dt, cy.shape)
+    go = full(0, dt, cy.shape)
+    if grad_hy is not None:
+        dtanh = _bin(Op.SUB, one, _bin(Op.MUL, tanh_cy, tanh_cy))
+        gcy = _bin(Op.ADD, gcy, _bin(Op.MUL, _bin(Op.MUL, grad_hy, o), dtanh))
+        go = _bin(Op.MUL, _bin(Op.MUL, grad_hy, tanh_cy), _bin(Op.MUL, o, _bin(Op.SUB, one, o)))
+    gi = _bin(Op.MUL, _bin(Op.MUL, gcy, g), _bin(Op.MUL, i, _bin(Op.SUB, one, i)))
+    gf = _bin(Op.MUL, _bin(Op.MUL, gcy, cast(cx, dt)), _bin(Op.MUL, f, _bin(Op.SUB, one, f)))
+    gg = _bin(Op.MUL, _bin(Op.MUL, gcy, i), _bin(Op.SUB, one, _bin(Op.MUL, g, g)))
+    shape = cy.shape[:1] + (4 * cy.shape[1],)
+    grad_gates = Node(Op.CAT, dt, shape, (gi, gf, expand(gg, gi.shape), expand(go, gi.shape)), 1)
+    grad_cx = _bin(Op.MUL, gcy, f)
+    grad_bias = reduce(Op.SUM, grad_gates, (0,), False, dt) if has_bias else None
+    if grad_bias is None and spec[2] is not None:
+        grad_bias = full(0, dt, spec[2].shape)
+    return grad_gates, grad_cx, grad_bias
