@@ -1,6 +1,5 @@
 """More models on wse against CPU: an LSTM language model, dropout with weight tying and gradient
 clipping, nn.TransformerEncoder, and state_dict / torch.save round trips."""
-import io
 
 import pytest
 import torch
