@@ -114,3 +114,13 @@ def test_autograd_through_wse():
     (x @ w).tanh().sum().backward()
     (x.to("wse") @ ww).tanh().sum().backward()
     assert_same(ww.grad, w.grad)
+
+
+def test_a_long_elementwise_chain_compiles():
+    # Fusion depth is bounded: a 500-op chain once overflowed the code generator's recursion.
+    x = torch.linspace(-1, 1, 50)
+    y, yw = x, x.to("wse")
+    for i in range(500):
+        y = y * 0.999 + 0.001
+        yw = yw * 0.999 + 0.001
+    assert_same(yw, y)

@@ -152,7 +152,25 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
     for n in order:
         if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
             realized.add(id(n))               # shared by several consumers: compute it once
+    _bound_fusion_depth(order, realized)
     for n in order:
         if n.op is Op.DATA:
             realized.discard(id(n))
     return order, realized
+
+
+MAX_FUSED_DEPTH = 48   # nodes inlined along one chain into one loop body
+
+
+def _bound_fusion_depth(order: list[Node], realized: set) -> None:
+    """Materialise every MAX_FUSED_DEPTH-th node of a long inline chain: codegen inlines
+    recursively, and one loop body the size of a whole 500-op chain helps no compiler."""
+    depth: dict = {}
+    for n in order:
+        d = 1 + max((depth[id(s)] for s in n.src), default=0)
+        if id(n) in realized or n.op in LEAF:
+            d = 0
+        elif d >= MAX_FUSED_DEPTH:
+            realized.add(id(n))
+            d = 0
+        depth[id(n)] = d

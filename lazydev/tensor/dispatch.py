@@ -117,11 +117,20 @@ def _has_composite(func) -> bool:
 
 # ---- arguments --------------------------------------------------------------------------------
 
+class _ComplexArg(Exception):
+    """A complex tensor argument: complex dtypes are not compiled (the op runs on the CPU)."""
+
+
 def _node_args(a, allow_cpu=False):
-    """wse tensors -> value nodes; 0-dim CPU tensors -> runtime scalars; lists recursively."""
+    """wse tensors -> value nodes; 0-dim CPU tensors -> runtime scalars; lists recursively.
+    Raises _ComplexArg for complex tensors (checked here, in the one walk over the arguments)."""
     if isinstance(a, WseTensor):
+        if a.dtype.is_complex:
+            raise _ComplexArg
         return value(a)
     if isinstance(a, torch.Tensor):
+        if a.dtype.is_complex:
+            raise _ComplexArg
         if a.dim() == 0 and a.dtype.is_floating_point:
             return build.cast(build.scalar(a.item()), a.dtype)
         if a.dim() == 0 or allow_cpu:
@@ -156,13 +165,15 @@ def lowered_op(func, args, kwargs):
         spec = meta.infer(func, args, kwargs)
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=f"no meta kernel: {e}")
-    if _complex(spec) or _complex(args) or _complex(kwargs.values()):
-        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     allow_cpu = func in _CPU_INDEX_OK
     try:
+        if _complex(spec):
+            raise _ComplexArg
         nargs = _node_args(args, allow_cpu)
-        nkwargs = {k: _node_args(v, allow_cpu) for k, v in kwargs.items()}
+        nkwargs = {k: _node_args(v, allow_cpu) for k, v in kwargs.items()} if kwargs else {}
         out = LOWERINGS[func](spec, *nargs, **nkwargs)
+    except _ComplexArg:
+        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     except Unsupported as e:
         if func in decomposition_table:
             return decomposed_op(func, args, kwargs)
