@@ -21,7 +21,7 @@ def check(nodes: list[Node], stage: str) -> None:
     for n in nodes:
         if n.op in ELEMENTWISE:
             for s in n.src:
-                if s.shape != n.shape:
+                if s.shape != n.shape and s.shape != ():
                     raise IRCheckError(f"after {stage}: {n} has source of shape {s.shape}")
         if n.op is Op.RESHAPE and n.src[0].numel != n.numel:
             raise IRCheckError(f"after {stage}: reshape changes numel: {n}")

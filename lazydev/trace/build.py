@@ -41,7 +41,8 @@ def as_node(v, dtype: torch.dtype) -> Node:
     if isinstance(v, Node):
         return cast(v, dtype)
     if isinstance(v, float) and math.isfinite(v):
-        return cast(scalar(v), dtype)
+        # A float dtype reads the runtime scalar directly (no CAST node: one node per scalar).
+        return scalar(v, dtype) if dtype.is_floating_point else cast(scalar(v), dtype)
     if isinstance(v, complex):
         raise Unsupported("complex scalars are not supported on wse")
     return const(v, dtype)
@@ -66,8 +67,9 @@ def expand(n: Node, shape: tuple) -> Node:
 
 
 def ew(op: Op, dtype: torch.dtype, shape: tuple, *srcs: Node) -> Node:
-    """An elementwise node: sources broadcast to `shape`."""
-    return Node(op, dtype, shape, tuple([expand(s, shape) for s in srcs]))
+    """An elementwise node: sources broadcast to `shape`. 0-dim sources stay 0-dim (a scalar
+    reads the same at every position), which saves two nodes per scalar operand."""
+    return Node(op, dtype, shape, tuple([s if not s.shape else expand(s, shape) for s in srcs]))
 
 
 def full(value, dtype: torch.dtype, shape: tuple) -> Node:
