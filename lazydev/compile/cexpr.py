@@ -99,7 +99,7 @@ def unary(op: Op, dtype, x: str, src_dtype) -> str:
     if op is Op.SIGN:
         if dtype is torch.bool:
             return x
-        return f"({x} != {x} ? {x} : ({dtype_cast(dtype)})(({x} > 0) - ({x} < 0)))"
+        return f"({x} != {x} ? {x} : ({vtype(dtype)})(({x} > 0) - ({x} < 0)))"
     if op is Op.NOT:
         return f"(!{x})"
     if op is Op.BITNOT:
@@ -114,10 +114,6 @@ def unary(op: Op, dtype, x: str, src_dtype) -> str:
     if op is Op.SIGNBIT:
         return f"(signbit({x}) != 0)" if sf else f"({x} < 0)"
     raise CodegenUnsupported(f"{op.name} on {dtype}")
-
-
-def dtype_cast(dtype) -> str:
-    return vtype(dtype)
 
 
 def binary(op: Op, dtype, a: str, b: str) -> str:

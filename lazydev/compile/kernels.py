@@ -252,7 +252,7 @@ def emit_kernel(name: str, n: Node, ptrs: dict, realized: set) -> str:
     e = Emitter(body, ptrs, realized)
     template = TEMPLATES.get(n.op) or (reduction if n.op in REDUCE else pointwise)
     template(e, n)
-    lines = [f"static int {name}({KERNEL_ARGS}) {{", "  int err = 0; (void)err;"]
+    lines = [f"WSE_KERNEL int {name}({KERNEL_ARGS}) {{", "  int err = 0; (void)err;"]
     lines += ["  " + decl for _, decl in e.decls.values()]
     lines += body.lines
     lines += ["  return err;", "}", ""]

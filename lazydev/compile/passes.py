@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ..trace.build import contiguous_strides
+from ..trace.build import contiguous_strides, is_contiguous
 from ..trace.ir import ELEMENTWISE, LEAF, LIBRARY, MOVEMENT, REDUCE, SCATTERS, Node, Op, toposort
 
 
@@ -72,8 +72,7 @@ def _canon_node(n: Node, src: tuple) -> Node:
 def _canon_as_strided(n: Node, x: Node) -> Node:
     stride, offset = n.arg
     if offset == 0 and n.numel == x.numel and n.numel > 0:
-        if stride == contiguous_strides(n.shape) or all(
-                s == c or d == 1 for s, c, d in zip(stride, contiguous_strides(n.shape), n.shape)):
+        if is_contiguous(n.shape, stride):
             return _canon_node(Node(Op.RESHAPE, n.dtype, n.shape, (x,)), (x,))
         found = _permutation_of_contiguous(n.shape, stride)
         if found is not None:

@@ -15,15 +15,6 @@ from ..trace.state import Storage, current
 WSE = torch.device("wse", 0)
 
 
-def _is_contiguous(size, stride) -> bool:
-    expected = 1
-    for d, s in zip(reversed(size), reversed(stride)):
-        if d != 1 and s != expected:
-            return False
-        expected *= d
-    return True
-
-
 class WseTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, storage: Storage, size, stride=None, offset=0, requires_grad=False):
@@ -48,7 +39,7 @@ class WseTensor(torch.Tensor):
         numel = 1
         for d in size:
             numel *= d
-        self._lz_full = offset == 0 and numel == st.numel and _is_contiguous(size, stride)
+        self._lz_full = offset == 0 and numel == st.numel and build.is_contiguous(size, stride)
         self._lz_cache = None
 
     __torch_function__ = torch._C._disabled_torch_function_impl

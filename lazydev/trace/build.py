@@ -9,7 +9,7 @@ from .ir import Node, Op
 from .state import reshape, scalar
 
 __all__ = ["const", "cast", "expand", "ew", "as_node", "permute", "reduce", "reshape", "scalar",
-           "full", "contiguous_strides", "Unsupported"]
+           "full", "contiguous_strides", "is_contiguous", "Unsupported"]
 
 
 class Unsupported(Exception):
@@ -22,6 +22,11 @@ def contiguous_strides(shape) -> tuple:
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def is_contiguous(size, stride) -> bool:
+    """Row-major dense, ignoring the strides of size-1 dims (they are never stepped)."""
+    return all(s == c or d == 1 for d, s, c in zip(size, stride, contiguous_strides(size)))
 
 
 def const(value, dtype: torch.dtype) -> Node:

@@ -120,13 +120,12 @@ def _div_mode(spec, a, b, rounding_mode=None):
 
 
 def _promoted(a, b):
-    ta = a if not isinstance(a, Node) else torch.empty((0,) * len(a.shape), dtype=a.dtype)
-    tb = b if not isinstance(b, Node) else torch.empty((0,) * len(b.shape), dtype=b.dtype)
-    if isinstance(a, Node) and not a.shape:
-        ta = torch.empty((), dtype=a.dtype)
-    if isinstance(b, Node) and not b.shape:
-        tb = torch.empty((), dtype=b.dtype)
-    return torch.result_type(ta, tb)
+    """PyTorch's promoted dtype of two operands; for nodes only dtype and 0-dim-ness count."""
+    def stand_in(v):
+        if not isinstance(v, Node):
+            return v
+        return torch.empty((0,) if v.shape else (), dtype=v.dtype)
+    return torch.result_type(stand_in(a), stand_in(b))
 
 
 def _compare(op: Op):
@@ -321,9 +320,8 @@ def _cumsum(spec, x, dim, dtype=None):
 def _cat(spec, tensors, dim=0):
     nd = len(spec.shape)
     dim = dim % nd if nd else 0
-    parts = tuple(cast(t, spec.dtype) for t in tensors if t.shape and t.shape[dim] != 0
-                  or (t.shape and len(t.shape) == nd and t.numel > 0))
-    parts = tuple(p for p in parts if len(p.shape) == nd and p.shape[dim] > 0)
+    # Empty parts (including legacy 1-d empties of another rank) contribute nothing.
+    parts = tuple(cast(t, spec.dtype) for t in tensors if len(t.shape) == nd and t.shape[dim] > 0)
     if not parts:
         return full(0, spec.dtype, spec.shape)
     if len(parts) == 1:

@@ -10,7 +10,8 @@ import math
 
 import torch
 
-from .build import Unsupported, as_node, cast, ew, expand, full, reduce, reshape
+from .build import (Unsupported, as_node, cast, contiguous_strides, ew, expand, full, reduce,
+                    reshape)
 from .ir import Node, Op
 from .lower import register
 
@@ -344,12 +345,7 @@ def _max_pool2d_backward(spec, grad, x, kernel_size, stride, padding, dilation, 
 
 def _chunks(x: Node, n: int, dim: int = 1):
     size = x.shape[dim] // n
-    strides = []
-    st = 1
-    for d in reversed(x.shape):
-        strides.append(st)
-        st *= d
-    strides = tuple(reversed(strides))
+    strides = contiguous_strides(x.shape)
     flat = reshape(x, (x.numel,))
     return [Node(Op.AS_STRIDED, x.dtype, x.shape[:dim] + (size,) + x.shape[dim + 1:], (flat,),
                  (strides, k * size * strides[dim])) for k in range(n)]
