@@ -282,23 +282,26 @@ def _mutated_positions(func):
             if a.alias_info is not None and a.alias_info.is_write]
 
 
+def _arg_at(func, pos, args, kwargs):
+    """The argument at schema position `pos`, passed positionally or by name (None if absent)."""
+    return args[pos] if pos < len(args) else kwargs.get(func._schema.arguments[pos].name)
+
+
 def inplace_op(func, args, kwargs):
     fn = functional_variant(func)
     result = dispatch(fn, args, kwargs)
     positions = _mutated_positions(func)
     results = result if isinstance(result, (list, tuple)) else (result,)
-    for pos, res in zip(positions, results):
-        target = args[pos] if pos < len(args) else None
+    targets = [_arg_at(func, pos, args, kwargs) for pos in positions]
+    for target, res in zip(targets, results):
         if isinstance(target, WseTensor) and isinstance(res, WseTensor) \
                 and tuple(res.shape) != tuple(target.shape):
             # The result does not fit the tensor written (addbmm_ on CPU resizes it): run the
             # op on the CPU with its own semantics rather than broadcast into the wrong shape.
             return fallback_op(func, args, kwargs, why="in-place result of another shape")
-    for pos, res in zip(positions, results):
-        target = args[pos] if pos < len(args) else kwargs[func._schema.arguments[pos].name]
+    for target, res in zip(targets, results):
         _write_back(target, res)
-    first = args[positions[0]]
-    return first
+    return targets[0]
 
 
 def _write_back(target, res):
@@ -328,9 +331,7 @@ def _write_on_cpu(target, src) -> None:
 def foreach_op(func, args, kwargs):
     """_foreach_X(lists...) -> [X(elements...)], recorded per element."""
     name = func._schema.name.split("::")[1][len("_foreach_"):]
-    per = getattr(torch, name, None) or getattr(torch.linalg, "vector_" + name, None)
-    if name == "norm":
-        per = torch.linalg.vector_norm
+    per = torch.linalg.vector_norm if name == "norm" else getattr(torch, name, None)
     if per is None:
         return fallback_op(func, args, kwargs, why="no per-element op")
     n = len(next(a for a in args if isinstance(a, (list, tuple))))
@@ -359,15 +360,11 @@ def fallback_op(func, args, kwargs, why="no lowering"):
     if isinstance(cpu_kwargs.get("device"), torch.device) or cpu_kwargs.get("device") == "wse":
         cpu_kwargs["device"] = torch.device("cpu")
     out = func(*cpu_args, **cpu_kwargs)
-    for pos in _mutated_positions(func):
-        name_ = func._schema.arguments[pos].name
-        src = cpu_args[pos] if pos < len(cpu_args) else cpu_kwargs.get(name_)
-        dst = args[pos] if pos < len(args) else kwargs.get(name_)
-        _copy_back(dst, src)
-    if _mutated_positions(func) and func._schema.returns and \
-            func._schema.returns[0].alias_info is not None:
-        pos = _mutated_positions(func)[0]
-        return args[pos] if pos < len(args) else kwargs[func._schema.arguments[pos].name]
+    positions = _mutated_positions(func)
+    for pos in positions:
+        _copy_back(_arg_at(func, pos, args, kwargs), _arg_at(func, pos, cpu_args, cpu_kwargs))
+    if positions and func._schema.returns and func._schema.returns[0].alias_info is not None:
+        return _arg_at(func, positions[0], args, kwargs)
     return _upload_out(out)
 
 
