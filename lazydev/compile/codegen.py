@@ -157,6 +157,11 @@ def _where(e: Emitter, n: Node, idx: Idx) -> str:
     return f"({c} ? {a} : {b})"
 
 
+def _lerp(e: Emitter, n: Node, idx: Idx) -> str:
+    s, t, w = (e.load(x, idx) for x in n.src)
+    return f"wse_lerp{'f' if vtype(n.dtype) == 'float' else ''}({s}, {t}, {w})"
+
+
 def _expand(e: Emitter, n: Node, idx: Idx) -> str:
     s = n.src[0]
     if s.numel == 1:
@@ -277,7 +282,7 @@ def _index_nd(e: Emitter, n: Node, idx: Idx) -> str:
 
 _RULES = {
     Op.CONST: _leaf_const, Op.SCALAR: _leaf_scalar, Op.INDEX: _leaf_index, Op.CAST: _cast,
-    Op.WHERE: _where, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
+    Op.WHERE: _where, Op.LERP: _lerp, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
     Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
     Op.INDEX_ND: _index_nd,
 }

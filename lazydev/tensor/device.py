@@ -129,3 +129,8 @@ def register() -> None:
     _lib.impl("_efficientzerotensor", _zeros, "PrivateUse1")
     for name in ("arange", "arange.start", "arange.start_step"):
         _lib.impl(name, _arange, "PrivateUse1")
+    # The autograd engine runs a non-CPU device's backward on a worker thread of its own; for
+    # wse every backward op is Python recording, so the hand-off to that thread (and the GIL
+    # ping-pong with it) is pure cost, about a tenth of a step's tracing. Run backward on the
+    # calling thread instead. This is thread-local: it applies to the thread importing lazydev.
+    torch._C._set_multithreading_enabled(False)

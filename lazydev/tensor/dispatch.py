@@ -16,6 +16,7 @@ from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.state import current
+from . import replay
 from .wse_tensor import WseTensor, from_node, to_cpu, value, write
 
 aten = torch.ops.aten
@@ -161,6 +162,9 @@ def _wrap(out):
 # ---- handlers ---------------------------------------------------------------------------------
 
 def lowered_op(func, args, kwargs):
+    out = replay.run_lowered(func, args, kwargs)
+    if out is not None:
+        return out
     try:
         spec = meta.infer(func, args, kwargs)
     except meta.MetaUnsupported as e:
@@ -219,6 +223,11 @@ def composite_op(func, args, kwargs):
 
 
 def view_op(func, args, kwargs):
+    base = args[0] if args and type(args[0]) is WseTensor else None
+    if base is not None and not base.dtype.is_complex:
+        out = replay.run_view(func, args, kwargs, base)
+        if out is not None:
+            return out
     try:
         spec = meta.infer(func, args, kwargs)
     except meta.MetaUnsupported as e:
@@ -277,9 +286,15 @@ def _arg_types(func) -> list:
     return [str(a.type) for a in func._schema.arguments]
 
 
+_positions_cache: dict = {}
+
+
 def _mutated_positions(func):
-    return [i for i, a in enumerate(func._schema.arguments)
-            if a.alias_info is not None and a.alias_info.is_write]
+    found = _positions_cache.get(func)
+    if found is None:
+        found = _positions_cache[func] = [i for i, a in enumerate(func._schema.arguments)
+                                          if a.alias_info is not None and a.alias_info.is_write]
+    return found
 
 
 def _arg_at(func, pos, args, kwargs):
@@ -289,8 +304,11 @@ def _arg_at(func, pos, args, kwargs):
 
 def inplace_op(func, args, kwargs):
     fn = functional_variant(func)
-    result = dispatch(fn, args, kwargs)
     positions = _mutated_positions(func)
+    out = replay.run_inplace(func, fn, positions, args, kwargs)
+    if out is not None:
+        return out
+    result = dispatch(fn, args, kwargs)
     results = result if isinstance(result, (list, tuple)) else (result,)
     targets = [_arg_at(func, pos, args, kwargs) for pos in positions]
     for target, res in zip(targets, results):

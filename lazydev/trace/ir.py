@@ -22,6 +22,7 @@ class Op(IntEnum):
     SCALAR = 2      # arg = scalar slot; a float bound at run time (double)
     CONST = 3       # arg = a Python int/bool/float fixed at compile time
     INDEX = 4       # arg = dim; the coordinate along `dim` of the output position (int64)
+    PLACEHOLDER = 5  # arg = argument index; only inside replay plans (tensor/replay.py)
     # elementwise unary
     NEG = 10; ABS = 11; EXP = 12; LOG = 13; SQRT = 14; RSQRT = 15; SIN = 16; COS = 17
     TANH = 18; SIGMOID = 19; ERF = 20; FLOOR = 21; CEIL = 22; ROUND = 23; TRUNC = 24
@@ -38,6 +39,7 @@ class Op(IntEnum):
     SHL = 84; SHR = 85; HYPOT = 86; COPYSIGN = 87; NEXTAFTER = 88
     # elementwise ternary
     WHERE = 90
+    LERP = 91       # src = (start, end, weight); torch.lerp
     # movement: change which element is read, never the values
     EXPAND = 100      # arg = None; src same rank, size-1 dims broadcast to `shape`
     RESHAPE = 101     # arg = None
@@ -64,7 +66,7 @@ class Op(IntEnum):
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
-ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140)
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})

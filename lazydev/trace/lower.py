@@ -206,6 +206,16 @@ def _full(spec, *args, **kwargs):
     return full(value, spec.dtype, spec.shape)
 
 
+@register(aten.ones_like.default)
+def _ones_like(spec, x, **_):
+    return full(1, spec.dtype, spec.shape)
+
+
+@register(aten.zeros_like.default)
+def _zeros_like(spec, x, **_):
+    return full(0, spec.dtype, spec.shape)
+
+
 @register(aten.full_like.default)
 def _full_like(spec, x, fill_value, **_):
     return full(fill_value, spec.dtype, spec.shape)

@@ -219,15 +219,8 @@ def _lerp(spec, start, end, weight):
     dt = spec.dtype
     if not dt.is_floating_point:
         raise Unsupported("integer lerp")
-    s, e = cast(start, dt), cast(end, dt)
     w = as_node(weight, dt)
-    # ATen's formula: |w| < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
-    diff = ew(Op.SUB, dt, spec.shape, e, s)
-    low = ew(Op.ADD, dt, spec.shape, s, ew(Op.MUL, dt, spec.shape, w, diff))
-    high = ew(Op.SUB, dt, spec.shape, e,
-              ew(Op.MUL, dt, spec.shape, diff, ew(Op.SUB, dt, spec.shape, _k(1, w), w)))
-    small = ew(Op.LT, torch.bool, spec.shape, ew(Op.ABS, dt, spec.shape, w), _k(0.5, w))
-    return ew(Op.WHERE, dt, spec.shape, small, low, high)
+    return ew(Op.LERP, dt, spec.shape, cast(start, dt), cast(end, dt), w)
 
 
 def batch_norm_train(x: Node, weight, bias, eps: float):
@@ -389,3 +382,46 @@ def _lstm_cell_backward(spec, grad_hy, grad_cy, cx, cy, workspace, has_bias):
     if grad_bias is None and spec[2] is not None:
         grad_bias = full(0, dt, spec[2].shape)
     return grad_gates, grad_cx, grad_bias
+
+
+def _tri(keep_op: Op):
+    """tril (keep col - row <= diagonal) / triu (>=), zero elsewhere. The decomposition builds
+    the mask from two aranges; two INDEX leaves do it inside the one loop."""
+    def lower(spec, x, diagonal=0):
+        if len(spec.shape) < 2:
+            raise Unsupported("tril/triu of fewer than 2 dims")
+        nd, i64, shape = len(spec.shape), torch.int64, spec.shape
+        off = ew(Op.SUB, i64, shape, Node(Op.INDEX, i64, shape, (), nd - 1),
+                 Node(Op.INDEX, i64, shape, (), nd - 2))
+        keep = ew(keep_op, torch.bool, shape, off, as_node(int(diagonal), i64))
+        return ew(Op.WHERE, spec.dtype, shape, keep, cast(x, spec.dtype), as_node(0, spec.dtype))
+    return lower
+
+
+register(aten.tril.default)(_tri(Op.LE))
+register(aten.triu.default)(_tri(Op.GE))
+
+
+@register(aten._unsafe_view.default)
+def _unsafe_view(spec, x, size):
+    # Semantically reshape of a temporary (no alias survives): a logical reshape of its value.
+    return reshape(x, spec.shape)
+
+
+@register(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(spec, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """grad_weight[indices[i]] += grad[i], rows of padding_idx left zero (index_put, accumulate)."""
+    if scale_grad_by_freq:
+        raise Unsupported("scale_grad_by_freq: left to the decomposition")
+    d = spec.shape[-1]
+    n = 1
+    for s in indices.shape:
+        n *= s
+    idx = reshape(cast(indices, torch.int64), (n,))
+    g = reshape(cast(grad, spec.dtype), (n, d))
+    if padding_idx is not None and padding_idx >= 0:
+        pad = ew(Op.EQ, torch.bool, (n,), idx, as_node(int(padding_idx), torch.int64))
+        g = ew(Op.WHERE, spec.dtype, (n, d), expand(reshape(pad, (n, 1)), (n, d)),
+               as_node(0, spec.dtype), g)
+    zeros = full(0, spec.dtype, spec.shape)
+    return Node(Op.INDEX_PUT, spec.dtype, spec.shape, (zeros, g, idx), (0, 1, 1, False, True))
