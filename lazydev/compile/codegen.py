@@ -43,6 +43,10 @@ class Emitter:
         self.ptrs = ptrs            # id(node) -> C pointer expression, for realized nodes
         self.realized = realized
         self.decls: dict = {}       # pointer variable -> declaration
+        # The kernel reads its buffers as P[i] and its runtime scalars as S[j]; the caller binds
+        # them (Note [Kernel deduplication] in program.py), so equal loop nests are equal text.
+        self.ptr_args: list = []    # C pointer expression per P index
+        self.scalar_args: dict = {}  # scalar slot -> S index
         self.uses_error = False
 
     # -- indices --------------------------------------------------------------------------------
@@ -81,7 +85,9 @@ class Emitter:
         if decl is None:
             name = f"p{len(self.decls)}"
             ct = cexpr.STORE_TYPE[n.dtype]
-            decl = self.decls[id(n)] = (name, f"{ct}* restrict {name} = ({ct}*)({self.ptrs[id(n)]});")
+            self.ptr_args.append(self.ptrs[id(n)])
+            decl = self.decls[id(n)] = (
+                name, f"{ct}* restrict {name} = ({ct}*)(P[{len(self.ptr_args) - 1}]);")
         return decl[0]
 
     def load(self, n: Node, idx: Idx) -> str:
@@ -140,7 +146,8 @@ def _leaf_const(e: Emitter, n: Node, idx: Idx) -> str:
 
 
 def _leaf_scalar(e: Emitter, n: Node, idx: Idx) -> str:
-    return f"(({vtype(n.dtype)})sc[{n.arg}])"
+    j = e.scalar_args.setdefault(n.arg, len(e.scalar_args))
+    return f"(({vtype(n.dtype)})S[{j}])"
 
 
 def _leaf_index(e: Emitter, n: Node, idx: Idx) -> str:

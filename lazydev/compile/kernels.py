@@ -10,8 +10,8 @@ from .passes import matmul_operand
 from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
 from .cexpr import vtype
 
-KERNEL_ARGS = ("const wse_lib_t* lib, void* const* bufs, char* arena, "
-               "const double* restrict sc, int64_t* errinfo")
+KERNEL_ARGS = ("const wse_lib_t* lib, void* const* restrict P, const double* restrict S, "
+               "int64_t* errinfo")
 
 
 def _prod(shape) -> int:
@@ -245,15 +245,17 @@ TEMPLATES = {
 }
 
 
-def emit_kernel(name: str, n: Node, ptrs: dict, realized: set) -> str:
-    """The C function `name` that computes realized node `n` into its buffer."""
+def emit_kernel(n: Node, ptrs: dict, realized: set) -> tuple[str, list, list]:
+    """The body of the C function that computes realized node `n` into its buffer, with the
+    pointer expressions and scalar slots its caller binds to P[i] and S[j]."""
     body = CBuilder()
     body._indent = 1
     e = Emitter(body, ptrs, realized)
     template = TEMPLATES.get(n.op) or (reduction if n.op in REDUCE else pointwise)
     template(e, n)
-    lines = [f"WSE_KERNEL int {name}({KERNEL_ARGS}) {{", "  int err = 0; (void)err;"]
+    lines = ["  int err = 0; (void)err;"]
     lines += ["  " + decl for _, decl in e.decls.values()]
     lines += body.lines
     lines += ["  return err;", "}", ""]
-    return "\n".join(lines)
+    slots = sorted(e.scalar_args, key=e.scalar_args.get)
+    return "\n".join(lines), e.ptr_args, slots

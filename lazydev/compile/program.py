@@ -100,16 +100,34 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str)
     offsets, arena = plan_arena(kernel_nodes, scratch, _reads(order, realized))
     for nid, off in offsets.items():
         ptrs[nid] = f"arena + {off}"
-    kernels, calls = [], []
-    for i, n in enumerate(kernel_nodes):
-        kernels.append(f"/* {n!r} */\n{emit_kernel(f'k{i}', n, ptrs, realized)}")
-        calls.append(f"  if ((rc = k{i}(lib, bufs, arena, sc, errinfo))) return rc;")
+    kernels, calls, names = [], [], {}
+    for n in kernel_nodes:
+        body, ptr_args, slots = emit_kernel(n, ptrs, realized)
+        name = names.get(body)
+        if name is None:            # Note [Kernel deduplication]
+            name = names[body] = f"k{len(names)}"
+            kernels.append(f"/* {n!r} */\nWSE_KERNEL int {name}({KERNEL_ARGS}) {{\n{body}")
+        calls.append(_call(name, ptr_args, slots))
     units = _units(_preamble(prefix), kernels, _entry(nin + len(out_nbytes), calls))
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order))
     return units, layout
 
 
-UNIT_LINES = 1200     # a translation unit of about this size is worth its own gcc process
+# Note [Kernel deduplication]
+# A kernel reads its buffers through P[i] and its runtime scalars through S[j], bound by the
+# call in wse_entry, never through fixed buffer or scalar slots. So the same loop nest over other
+# buffers (the same layer repeated, one optimizer update per parameter of a shape) is the same
+# text, emitted and compiled once: a transformer step has several times fewer distinct kernels
+# than kernel calls, and gcc time is what a cold first step costs.
+
+def _call(name: str, ptr_args: list, slots: list) -> str:
+    p = f"void* P[] = {{{', '.join(ptr_args)}}}; " if ptr_args else ""
+    sc = f"const double S[] = {{{', '.join(f'sc[{j}]' for j in slots)}}}; " if slots else ""
+    args = f"lib, {'P' if p else '0'}, {'S' if sc else '0'}, errinfo"
+    return f"  {{ {p}{sc}if ((rc = {name}({args}))) return rc; }}"
+
+
+UNIT_LINES = 400      # a translation unit of about this size is worth its own gcc process
 
 
 def _units(preamble: str, kernels: list, entry: str) -> list:
