@@ -96,3 +96,22 @@ def test_cpu_tensor_arguments_take_the_general_path():
     got = x.to("wse")[idx]                   # a CPU index tensor: not replayable
     assert_same(got.cpu(), x[idx])
     assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def test_a_lowering_that_syncs_is_refused_and_runs_the_general_way():
+    # A lowering that reads data (here: uploads a CPU tensor) is not a function of metadata.
+    from lazydev.trace.build import ew
+    from lazydev.trace.ir import Op
+
+    def uploading(spec, x, other, alpha=1):
+        from lazydev.tensor.wse_tensor import from_cpu, value
+        extra = value(from_cpu(torch.ones(spec.shape)))
+        return ew(Op.ADD, spec.dtype, spec.shape, x, extra)
+    wx, wy = torch.randn(8).to("wse"), torch.randn(8).to("wse")
+    try:
+        replay.build(aten.add.Tensor, uploading, (wx, wy), {}, 2)
+    except Exception as e:                              # noqa: BLE001
+        assert type(e).__name__ == "NotPure", e
+    else:
+        raise AssertionError("an uploading lowering was turned into a plan")
+    assert not lazydev.trace.state.building_plan

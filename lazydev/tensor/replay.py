@@ -145,12 +145,14 @@ def _lower_on_placeholders(fn, spec, args, kwargs, probe_set: int):
     holders, probes = [], []
     saved = state._current
     scratch = state._current = state.Trace()
+    state.building_plan = True
     try:
         pargs = _substitute(args, holders, probes, probe_set)
         pkw = {k: _substitute(v, holders, probes, probe_set) for k, v in kwargs.items()}
         out = fn(spec, *pargs, **pkw)
     finally:
         state._current = saved
+        state.building_plan = False
     if scratch.inputs or len(scratch.live):
         raise _NotReplayable        # the lowering uploaded or wrote data
     return out, probes, scratch

@@ -69,6 +69,18 @@ def runaway_guard(tr) -> None:
 
 
 _current = Trace()
+# Set while tensor/replay.py lowers an op on placeholders: a lowering that syncs, uploads or
+# downloads is not a pure function of its arguments' metadata and must not become a plan.
+building_plan = False
+
+
+class NotPure(Exception):
+    """Raised when an impure action happens while a replay plan is being built."""
+
+
+def check_pure() -> None:
+    if building_plan:
+        raise NotPure
 
 
 def current() -> Trace:
