@@ -38,6 +38,8 @@ class Op(IntEnum):
     SHL = 84; SHR = 85; HYPOT = 86; COPYSIGN = 87; NEXTAFTER = 88
     # elementwise ternary
     WHERE = 90
+    SPECIAL = 91    # arg = (name, *int constants): wsesp_<name>(srcs..., constants...), a special
+                    # function from csrc/wse_special.h (Bessel, gamma family, polynomials...)
     # movement: change which element is read, never the values
     EXPAND = 100      # arg = None; src same rank, size-1 dims broadcast to `shape`
     RESHAPE = 101     # arg = None
@@ -64,7 +66,7 @@ class Op(IntEnum):
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
-ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.SPECIAL}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140)
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
