@@ -27,6 +27,12 @@
 
 #define WSE_SP_PI 3.141592653589793238462643383279502
 
+/* Not inlined on purpose: a kernel loop calling an inlined body gets vectorised, and its libm
+ * calls then go to libmvec (-D__FAST_MATH__, compile/build.py), whose erff/expf... differ from
+ * glibc's scalar ones by an ulp or two. PyTorch's CPU kernels call the scalar ones, and some of
+ * these algorithms amplify such differences (erfinv near +-1 by a factor of 10^4). */
+#define WSE_SP_FN static __attribute__((noinline))
+
 #define T float
 #define SP(name) wsesp_##name##_f
 #define WSE_SP_DOUBLE 0

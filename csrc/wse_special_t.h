@@ -1,4 +1,4 @@
-static inline T SP(chbevl)(T x, const T array[], const int len) {
+WSE_SP_FN T SP(chbevl)(T x, const T array[], const int len) {
     T b0, b1, b2 = 0;
 
     b0 = array[0];
@@ -12,7 +12,7 @@ static inline T SP(chbevl)(T x, const T array[], const int len) {
 
     return ((T)0.5) * (b0 - b2);
   }
-static inline T SP(calc_i0e)(T _x) {
+WSE_SP_FN T SP(calc_i0e)(T _x) {
     T x = fabs(_x);
 
     if (x <= ((T)8.0)) {
@@ -57,7 +57,7 @@ static inline T SP(calc_i0e)(T _x) {
   }
 
 #define CENTRAL_RANGE 0.7
-static inline T SP(calc_erfinv)(T y) {
+WSE_SP_FN T SP(calc_erfinv)(T y) {
 /* Function to calculate inverse error function.  Rational approximation
 is used to generate an initial approximation, which is then improved to
 full accuracy by two steps of Newton's method.  Code is a direct
@@ -130,7 +130,7 @@ Date:  February 1996
  * This function is derived from the implementation of the zeta function in the Cephes Math Library.
  * See note [3-Clause BSD License for the Cephes Math Library].
  */
-static inline T SP(zeta)(T x, T q)  {
+WSE_SP_FN T SP(zeta)(T x, T q)  {
     const double MACHEP = ((double)1.11022302462515654042E-16);
   const double zero = ((double)0.0);
   const double half = ((double)0.5);
@@ -219,7 +219,7 @@ static inline T SP(zeta)(T x, T q)  {
  * coef[0] = C  , ..., coef[N] = C  .
  *            N                   0
  */
-static inline T SP(polevl)(const T x, const T A[], size_t len) {
+WSE_SP_FN T SP(polevl)(const T x, const T A[], size_t len) {
   T result = 0;
   for (size_t i = 0; i <= len; i++) {
     result = result * x + A[i];
@@ -227,7 +227,7 @@ static inline T SP(polevl)(const T x, const T A[], size_t len) {
   return result;
 }
 #if WSE_SP_DOUBLE
-static inline double SP(trigamma)(double x) {
+WSE_SP_FN double SP(trigamma)(double x) {
   double sign = +1;
   double result = 0;
   if (x < 0.5) {
@@ -245,7 +245,7 @@ static inline double SP(trigamma)(double x) {
   return sign * result;
 }
 #else
-static inline float SP(trigamma)(float x) {
+WSE_SP_FN float SP(trigamma)(float x) {
   float sign = +1;
   float result = 0;
   if (x < 0.5f) {
@@ -269,7 +269,7 @@ static inline float SP(trigamma)(float x) {
  * See note [3-Clause BSD License for the Cephes Math Library].
  */
 #if WSE_SP_DOUBLE
-static inline double SP(calc_digamma)(double x) {
+WSE_SP_FN double SP(calc_digamma)(double x) {
   // [C++ Standard Reference: Gamma Function] https://en.cppreference.com/w/cpp/numeric/math/tgamma
   static double PSI_10 = 2.25175258906672110764;
   if (x == 0) {
@@ -328,7 +328,7 @@ static inline double SP(calc_digamma)(double x) {
  * See note [3-Clause BSD License for the Cephes Math Library].
  */
 #else
-static inline float SP(calc_digamma)(float x) {
+WSE_SP_FN float SP(calc_digamma)(float x) {
   // See [C++ Standard Reference: Gamma Function]
   static float PSI_10 = 2.25175258906672110764f;
   if (x == 0) {
@@ -384,7 +384,7 @@ static inline float SP(calc_digamma)(float x) {
 }
 #endif
 
-static inline T SP(calc_polygamma)(T x, int n) {
+WSE_SP_FN T SP(calc_polygamma)(T x, int n) {
   // already blocked if n <= 1
   const T one = ((T)1);
   return ((n % 2) ? one : -one) *
@@ -408,7 +408,7 @@ static inline T SP(calc_polygamma)(T x, int n) {
  * gammainc, Cephes's igam and igamc, and Boost's Lanczos approximations.
  * See NOTICE for the licenses.
  */
-static inline T SP(ratevl)(T x, const T num[], int64_t M,
+WSE_SP_FN T SP(ratevl)(T x, const T num[], int64_t M,
     const T denom[], int64_t N) {
   // evaluating rational function, i.e., the ratio of two polynomials
   // the coefficients for numerator are given by `num` while coeffs for
@@ -467,7 +467,7 @@ static inline T SP(ratevl)(T x, const T num[], int64_t M,
  * Boost Software License, Version 1.0. See
  * https://www.boost.org/LICENSE_1_0.txt or see NOTICE.
  */
-static inline T SP(lanczos_sum_expg_scaled)(T x) {
+WSE_SP_FN T SP(lanczos_sum_expg_scaled)(T x) {
   // lanczos approximation
   static const T lanczos_sum_expg_scaled_num[13] = {
     0.006061842346248906525783753964555936883222,
@@ -505,7 +505,7 @@ static inline T SP(lanczos_sum_expg_scaled)(T x) {
       sizeof(lanczos_sum_expg_scaled_denom) / sizeof(lanczos_sum_expg_scaled_denom[0]) - 1);
 }
 
-static inline T SP(_igam_helper_fac)(T a, T x) {
+WSE_SP_FN T SP(_igam_helper_fac)(T a, T x) {
   // compute x^a * exp(-a) / gamma(a)
   // corrected from (15) and (16) in [igam2] by replacing exp(x - a) with
   // exp(a - x).
@@ -538,7 +538,7 @@ static inline T SP(_igam_helper_fac)(T a, T x) {
   return res;
 }
 
-static inline T SP(_igam_helper_series)(T a, T x) {
+WSE_SP_FN T SP(_igam_helper_series)(T a, T x) {
   // Compute igam using DLMF 8.11.4. [igam1]
   static T MACHEP = (sizeof(T) == 8) ?
     1.11022302462515654042E-16 : 5.9604644775390625E-8;
@@ -568,7 +568,7 @@ static inline T SP(_igam_helper_series)(T a, T x) {
   return (ans * ax / a);
 }
 
-static inline T SP(_igamc_helper_series)(T a, T x) {
+WSE_SP_FN T SP(_igamc_helper_series)(T a, T x) {
   // Compute igamc using DLMF 8.7.3 [igam1]. This is related to the series in
   // _igam_helper_series but extra care is taken to avoid cancellation.
 
@@ -594,7 +594,7 @@ static inline T SP(_igamc_helper_series)(T a, T x) {
   return term - exp(a * logx - lgamma(a)) * sum;
 }
 
-static inline T SP(_igam_helper_asymptotic_series)(T a, T x, bool igam) {
+WSE_SP_FN T SP(_igam_helper_asymptotic_series)(T a, T x, bool igam) {
   // Compute igam/igamc using DLMF 8.12.3/8.12.4 [igam1]
   static const T d[25][25] =
     {{-3.3333333333333333e-1, 8.3333333333333333e-2, -1.4814814814814815e-2,
@@ -883,7 +883,7 @@ static inline T SP(_igam_helper_asymptotic_series)(T a, T x, bool igam) {
   return res;
 }
 
-static inline T SP(_igamc_helper_continued_fraction)(T a, T x) {
+WSE_SP_FN T SP(_igamc_helper_continued_fraction)(T a, T x) {
   // Compute igamc using DLMF 8.9.2. [igam1]
   int i;
   T ans, ax, c, yc, r, t, y, z;
@@ -942,7 +942,7 @@ static inline T SP(_igamc_helper_continued_fraction)(T a, T x) {
   }
   return ans * ax;
 }
-static inline T SP(calc_igammac)(T a, T x) {
+WSE_SP_FN T SP(calc_igammac)(T a, T x) {
   /* the calculation of the regularized upper incomplete gamma function
    * is done differently based on the values of a and x:
    * - if x and/or a is at the boundary of defined region, then assign the
@@ -1021,7 +1021,7 @@ static inline T SP(calc_igammac)(T a, T x) {
   }
 }
 
-static inline T SP(calc_igamma)(T a, T x) {
+WSE_SP_FN T SP(calc_igamma)(T a, T x) {
   /* the calculation of the regularized lower incomplete gamma function
    * is done differently based on the values of a and x:
    * - if x and/or a is at the boundary of defined region, then assign the
@@ -1115,7 +1115,7 @@ static inline T SP(calc_igamma)(T a, T x) {
  * One approximates the function over [0, 8], and the other over (8, infinity). This function takes the absolute value
  * of all inputs to convert them into the domain of the approximation.
  */
-static inline const T* SP(chebyshev_coefficients_i0e_A)(size_t* len) {
+WSE_SP_FN const T* SP(chebyshev_coefficients_i0e_A)(size_t* len) {
   /* Chebyshev coefficients for exp(-x) I0(x)
    * in the interval [0,8].
    *
@@ -1141,7 +1141,7 @@ static inline const T* SP(chebyshev_coefficients_i0e_A)(size_t* len) {
   return coeff;
 }
 
-static inline const T* SP(chebyshev_coefficients_i0e_B)(size_t* len) {
+WSE_SP_FN const T* SP(chebyshev_coefficients_i0e_B)(size_t* len) {
   /* Chebyshev coefficients for exp(-x) sqrt(x) I0(x)
    * in the inverted interval [8,infinity].
    *
@@ -1166,7 +1166,7 @@ static inline const T* SP(chebyshev_coefficients_i0e_B)(size_t* len) {
   return coeff;
 }
 #if WSE_SP_DOUBLE
-static inline const T* SP(chebyshev_coefficients_i1e_A)(size_t* len) {
+WSE_SP_FN const T* SP(chebyshev_coefficients_i1e_A)(size_t* len) {
   /* Chebyshev coefficients for exp(-x) I1(x)
    * in the interval [0,8].
    *
@@ -1192,7 +1192,7 @@ static inline const T* SP(chebyshev_coefficients_i1e_A)(size_t* len) {
   return coeff;
 }
 #else
-static inline const T* SP(chebyshev_coefficients_i1e_A)(size_t* len) {
+WSE_SP_FN const T* SP(chebyshev_coefficients_i1e_A)(size_t* len) {
   /* Chebyshev coefficients for exp(-x) I1(x)
    * in the interval [0,8].
    *
@@ -1221,7 +1221,7 @@ static inline const T* SP(chebyshev_coefficients_i1e_A)(size_t* len) {
 }
 #endif
 #if WSE_SP_DOUBLE
-static inline const T* SP(chebyshev_coefficients_i1e_B)(size_t* len) {
+WSE_SP_FN const T* SP(chebyshev_coefficients_i1e_B)(size_t* len) {
   /* Chebyshev coefficients for exp(-x) sqrt(x) I1(x)
    * in the inverted interval [8,infinity].
    *
@@ -1246,7 +1246,7 @@ static inline const T* SP(chebyshev_coefficients_i1e_B)(size_t* len) {
   return coeff;
 }
 #else
-static inline const T* SP(chebyshev_coefficients_i1e_B)(size_t* len) {
+WSE_SP_FN const T* SP(chebyshev_coefficients_i1e_B)(size_t* len) {
   /* Chebyshev coefficients for exp(-x) sqrt(x) I1(x)
    * in the inverted interval [8,infinity].
    *
@@ -1265,7 +1265,7 @@ static inline const T* SP(chebyshev_coefficients_i1e_B)(size_t* len) {
   return coeff;
 }
 #endif
-static inline T SP(calc_i0)(T _x) {
+WSE_SP_FN T SP(calc_i0)(T _x) {
   T x = fabs(_x);
 
   if (x <= ((T)8.0)) {
@@ -1288,7 +1288,7 @@ static inline T SP(calc_i0)(T _x) {
  * One approximates the function over [0, 8], and the other over (8, infinity). This function takes the absolute value
  * of all inputs to convert them into the domain of the approximation.
  */
-static inline T SP(calc_i1)(T _x) {
+WSE_SP_FN T SP(calc_i1)(T _x) {
   T x = fabs(_x);
 
   if (x <= ((T)8.0)) {
@@ -1313,7 +1313,7 @@ static inline T SP(calc_i1)(T _x) {
  * One approximates the function over [0, 8], and the other over (8, infinity). This function takes the absolute value
  * of all inputs to convert them into the domain of the approximation.
  */
-static inline T SP(calc_i1e)(T _x) {
+WSE_SP_FN T SP(calc_i1e)(T _x) {
   T x = fabs(_x);
 
   if (x <= ((T)8.0)) {
@@ -1336,7 +1336,7 @@ static inline T SP(calc_i1e)(T _x) {
  * Computes the argument, x, for which the area under the Gaussian probability density function
  * (integrated from minus infinity to x) is equal to y.
  */
-static inline T SP(calc_ndtri)(T y0) {
+WSE_SP_FN T SP(calc_ndtri)(T y0) {
 
   /* sqrt(2pi) */
   const T s2pi = 2.50662827463100050242E0;
@@ -1521,7 +1521,7 @@ static inline T SP(calc_ndtri)(T y0) {
    with the help of Maple and a little shell script.   This allows
    the Chebyshev polynomials to be of significantly lower degree (about 1/4)
    compared to fitting the whole [0,1] interval with a single polynomial. */
-static inline T SP(erfcx_y100)(T y100)
+WSE_SP_FN T SP(erfcx_y100)(T y100)
 {
   switch ((int)(y100)) {
 case 0: {
@@ -1929,7 +1929,7 @@ return 0.97771701335885035464e0 + (0.22000938572830479551e-1 + (0.27951610702682
   // erfcx is within 1e-15 of 1..
   return 1.0;
 }
-static inline T SP(calc_erfcx)(T x)
+WSE_SP_FN T SP(calc_erfcx)(T x)
 {
   if (isnan(x)) {
     return x;
@@ -1967,7 +1967,7 @@ static inline T SP(calc_erfcx)(T x)
  * follow SciPy's implementation
  * See NOTICE for the licenses.
  */
-static inline T SP(calc_log_ndtr)(T x) {
+WSE_SP_FN T SP(calc_log_ndtr)(T x) {
   T t = x * ((T)0.707106781186547524400844362104849039);
   if (x < ((T)-1.0)) {
     return log(SP(calc_erfcx)(-t) / 2) - t * t;
@@ -1975,7 +1975,7 @@ static inline T SP(calc_log_ndtr)(T x) {
     return log1p(-erfc(t) / 2);
   }
 }
-static inline T SP(airy_ai_forward)(T x) {
+WSE_SP_FN T SP(airy_ai_forward)(T x) {
     static const T AN[] = {
             +3.46538101525629032477e-01,
             +1.20075952739645805542e+01,
@@ -2152,7 +2152,7 @@ static inline T SP(airy_ai_forward)(T x) {
 
     return ai;
 } // T airy_ai(T x)
-static inline T SP(bessel_j0_forward)(T x) {
+WSE_SP_FN T SP(bessel_j0_forward)(T x) {
     static const T PP[] = {
             +7.96936729297347051624e-04,
             +8.28352392107440799803e-02,
@@ -2262,7 +2262,7 @@ static inline T SP(bessel_j0_forward)(T x) {
 
     return (pp / pq * cos(x - ((T)0.785398163397448309615660845819875721)) - ((T)5.0) / x * (qp / qq) * sin(x - ((T)0.785398163397448309615660845819875721))) * ((T)0.797884560802865355879892119868763737) / sqrt(x);
 } // SP(bessel_j0_forward)(T x)
-static inline T SP(bessel_j1_forward)(T x) {
+WSE_SP_FN T SP(bessel_j1_forward)(T x) {
     static const T PP[] = {
             +7.62125616208173112003e-04,
             +7.31397056940917570436e-02,
@@ -2368,7 +2368,7 @@ static inline T SP(bessel_j1_forward)(T x) {
 
     return (pp / pq * cos(x - ((T)2.356194490192344928846982537459627163)) - ((T)5.0) / x * (qp / qq) * sin(x - ((T)2.356194490192344928846982537459627163))) * ((T)0.797884560802865355879892119868763737) / sqrt(x);
 } // SP(bessel_j1_forward)(T x)
-static inline T SP(bessel_y0_forward)(T x) {
+WSE_SP_FN T SP(bessel_y0_forward)(T x) {
     static const T PP[] = {
             +7.96936729297347051624e-04,
             +8.28352392107440799803e-02,
@@ -2481,7 +2481,7 @@ static inline T SP(bessel_y0_forward)(T x) {
 
     return (pp / pq * sin(x - ((T)0.785398163397448309615660845819875721)) + ((T)5.0) / x * (qp / qq) * cos(x - ((T)0.785398163397448309615660845819875721))) * ((T)0.797884560802865355879892119868763737) / sqrt(x);
 } // SP(bessel_y0_forward)(T x)
-static inline T SP(bessel_y1_forward)(T x) {
+WSE_SP_FN T SP(bessel_y1_forward)(T x) {
     static const T PP[] = {
             +7.62125616208173112003e-04,
             +7.31397056940917570436e-02,
@@ -2593,7 +2593,7 @@ static inline T SP(bessel_y1_forward)(T x) {
 
     return (pp / pq * sin(x - ((T)2.356194490192344928846982537459627163)) + ((T)5.0) / x * (qp / qq) * cos(x - ((T)2.356194490192344928846982537459627163))) * ((T)0.797884560802865355879892119868763737) / sqrt(x);
 } // SP(bessel_y1_forward)(T x)
-static inline T SP(chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2630,10 +2630,10 @@ static inline T SP(chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(chebyshev_polynomial_t_forward_n)(T x, int64_t n)
-static inline T SP(chebyshev_polynomial_t_forward)(T x, T n) {
+WSE_SP_FN T SP(chebyshev_polynomial_t_forward)(T x, T n) {
     return SP(chebyshev_polynomial_t_forward_n)(x, (int64_t)(n));
 } // SP(chebyshev_polynomial_t_forward)(T x, T n)
-static inline T SP(chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2674,10 +2674,10 @@ static inline T SP(chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(chebyshev_polynomial_u_forward_n)(T x, int64_t n)
-static inline T SP(chebyshev_polynomial_u_forward)(T x, T n) {
+WSE_SP_FN T SP(chebyshev_polynomial_u_forward)(T x, T n) {
     return SP(chebyshev_polynomial_u_forward_n)(x, (int64_t)(n));
 } // SP(chebyshev_polynomial_u_forward)(T x, T n)
-static inline T SP(chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2726,10 +2726,10 @@ static inline T SP(chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(chebyshev_polynomial_v_forward_n)(T x, int64_t n)
-static inline T SP(chebyshev_polynomial_v_forward)(T x, T n) {
+WSE_SP_FN T SP(chebyshev_polynomial_v_forward)(T x, T n) {
     return SP(chebyshev_polynomial_v_forward_n)(x, (int64_t)(n));
 } // SP(chebyshev_polynomial_v_forward)(T x, T n)
-static inline T SP(chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2782,11 +2782,11 @@ static inline T SP(chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(chebyshev_polynomial_w_forward_n)(T x, int64_t n)
-static inline T SP(chebyshev_polynomial_w_forward)(T x, T n) {
+WSE_SP_FN T SP(chebyshev_polynomial_w_forward)(T x, T n) {
     return SP(chebyshev_polynomial_w_forward_n)(x, (int64_t)(n));
 } // SP(chebyshev_polynomial_w_forward)(T x, T n)
 
-static inline T SP(hermite_polynomial_h_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(hermite_polynomial_h_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2816,10 +2816,10 @@ static inline T SP(hermite_polynomial_h_forward_n)(T x, int64_t n) {
     return r;
 } // SP(hermite_polynomial_h_forward_n)(T x, int64_t n)
 
-static inline T SP(hermite_polynomial_h_forward)(T x, T n) {
+WSE_SP_FN T SP(hermite_polynomial_h_forward)(T x, T n) {
     return SP(hermite_polynomial_h_forward_n)(x, (!isinf(n) && !isnan(n)) ? (int64_t)(n) : (int64_t)(-1));
 } // SP(hermite_polynomial_h_forward)(T x, T n)
-static inline T SP(hermite_polynomial_he_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(hermite_polynomial_he_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2848,10 +2848,10 @@ static inline T SP(hermite_polynomial_he_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(hermite_polynomial_he_forward_n)(T x, int64_t n)
-static inline T SP(hermite_polynomial_he_forward)(T x, T n) {
+WSE_SP_FN T SP(hermite_polynomial_he_forward)(T x, T n) {
     return SP(hermite_polynomial_he_forward_n)(x, (int64_t)(n));
 } // SP(hermite_polynomial_he_forward)(T x, T n)
-static inline T SP(laguerre_polynomial_l_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(laguerre_polynomial_l_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2880,10 +2880,10 @@ static inline T SP(laguerre_polynomial_l_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(laguerre_polynomial_l_forward_n)(T x, int64_t n)
-static inline T SP(laguerre_polynomial_l_forward)(T x, T n) {
+WSE_SP_FN T SP(laguerre_polynomial_l_forward)(T x, T n) {
     return SP(laguerre_polynomial_l_forward_n)(x, (int64_t)(n));
 } // SP(laguerre_polynomial_l_forward)(T x, T n)
-static inline T SP(legendre_polynomial_p_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(legendre_polynomial_p_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -2916,10 +2916,10 @@ static inline T SP(legendre_polynomial_p_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(legendre_polynomial_p_forward_n)(T x, int64_t n)
-static inline T SP(legendre_polynomial_p_forward)(T x, T n) {
+WSE_SP_FN T SP(legendre_polynomial_p_forward)(T x, T n) {
     return SP(legendre_polynomial_p_forward_n)(x, (int64_t)(n));
 } // SP(legendre_polynomial_p_forward)(T x, T n)
-static inline T SP(modified_bessel_i0_forward)(T x) {
+WSE_SP_FN T SP(modified_bessel_i0_forward)(T x) {
     static const T A[] = {
             -4.41534164647933937950e-18,
             +3.33079451882223809783e-17,
@@ -3006,7 +3006,7 @@ static inline T SP(modified_bessel_i0_forward)(T x) {
 
     return exp(fabs(x)) * (((T)0.5) * (b - p)) / sqrt(fabs(x));
 } // SP(modified_bessel_i0_forward)(T x)
-static inline T SP(modified_bessel_i1_forward)(T x) {
+WSE_SP_FN T SP(modified_bessel_i1_forward)(T x) {
     static const T A[] = {
             +2.77791411276104639959e-18,
             -2.11142121435816608115e-17,
@@ -3100,7 +3100,7 @@ static inline T SP(modified_bessel_i1_forward)(T x) {
 
     return exp(fabs(x)) * (((T)0.5) * (b - p)) / sqrt(fabs(x));
 } // SP(modified_bessel_i1_forward)(T x)
-static inline T SP(modified_bessel_k0_forward)(T x) {
+WSE_SP_FN T SP(modified_bessel_k0_forward)(T x) {
     static const T A[] = {
             +1.37446543561352307156e-16,
             +4.25981614279661018399e-14,
@@ -3175,7 +3175,7 @@ static inline T SP(modified_bessel_k0_forward)(T x) {
 
     return exp(-x) * (((T)0.5) * (b - p)) / sqrt(x);
 } // SP(modified_bessel_k0_forward)(T x)
-static inline T SP(modified_bessel_k1_forward)(T x) {
+WSE_SP_FN T SP(modified_bessel_k1_forward)(T x) {
     static const T A[] = {
             -7.02386347938628759343e-18,
             -2.42744985051936593393e-15,
@@ -3251,7 +3251,7 @@ static inline T SP(modified_bessel_k1_forward)(T x) {
 
     return exp(-x) * (((T)0.5) * (b - p)) / sqrt(x);
 } // SP(modified_bessel_k1_forward)(T x)
-static inline T SP(scaled_modified_bessel_k0_forward)(T x) {
+WSE_SP_FN T SP(scaled_modified_bessel_k0_forward)(T x) {
     static const T A[] = {
             +1.37446543561352307156e-16,
             +4.25981614279661018399e-14,
@@ -3326,7 +3326,7 @@ static inline T SP(scaled_modified_bessel_k0_forward)(T x) {
 
     return ((T)0.5) * (b - p) / sqrt(x);
 } // T SP(scaled_modified_bessel_k0_forward)(T x)
-static inline T SP(scaled_modified_bessel_k1_forward)(T x) {
+WSE_SP_FN T SP(scaled_modified_bessel_k1_forward)(T x) {
     static const T A[] = {
             -7.02386347938628759343e-18,
             -2.42744985051936593393e-15,
@@ -3402,7 +3402,7 @@ static inline T SP(scaled_modified_bessel_k1_forward)(T x) {
 
     return (((T)0.5) * (b - p) / sqrt(x));
 } // T SP(scaled_modified_bessel_k1_forward)(T x)
-static inline T SP(shifted_chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -3443,10 +3443,10 @@ static inline T SP(shifted_chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(shifted_chebyshev_polynomial_t_forward_n)(T x, int64_t n)
-static inline T SP(shifted_chebyshev_polynomial_t_forward)(T x, T n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_t_forward)(T x, T n) {
     return SP(shifted_chebyshev_polynomial_t_forward_n)(x, (int64_t)(n));
 } // SP(shifted_chebyshev_polynomial_t_forward)(T x, T n)
-static inline T SP(shifted_chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -3491,10 +3491,10 @@ static inline T SP(shifted_chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(shifted_chebyshev_polynomial_u_forward_n)(T x, int64_t n)
-static inline T SP(shifted_chebyshev_polynomial_u_forward)(T x, T n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_u_forward)(T x, T n) {
     return SP(shifted_chebyshev_polynomial_u_forward_n)(x, (int64_t)(n));
 } // SP(shifted_chebyshev_polynomial_u_forward)(T x, T n)
-static inline T SP(shifted_chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -3543,10 +3543,10 @@ static inline T SP(shifted_chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(shifted_chebyshev_polynomial_v_forward_n)(T x, int64_t n)
-static inline T SP(shifted_chebyshev_polynomial_v_forward)(T x, T n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_v_forward)(T x, T n) {
     return SP(shifted_chebyshev_polynomial_v_forward_n)(x, (int64_t)(n));
 } // SP(shifted_chebyshev_polynomial_v_forward)(T x, T n)
-static inline T SP(shifted_chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
     if (n < 0) {
         return ((T)0.0);
     }
@@ -3595,10 +3595,10 @@ static inline T SP(shifted_chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
 
     return r;
 } // SP(shifted_chebyshev_polynomial_w_forward_n)(T x, int64_t n)
-static inline T SP(shifted_chebyshev_polynomial_w_forward)(T x, T n) {
+WSE_SP_FN T SP(shifted_chebyshev_polynomial_w_forward)(T x, T n) {
     return SP(shifted_chebyshev_polynomial_w_forward_n)(x, (int64_t)(n));
 } // SP(shifted_chebyshev_polynomial_w_forward)(T x, T n)
-static inline T SP(spherical_bessel_j0_forward)(T x) {
+WSE_SP_FN T SP(spherical_bessel_j0_forward)(T x) {
     if (isinf(x)) {
         return ((T)0.0);
     }
@@ -3614,13 +3614,24 @@ static inline T SP(spherical_bessel_j0_forward)(T x) {
 /* ---- not from Math.h ---------------------------------------------------------------------- */
 
 /* torch.frexp's two outputs (std::frexp on the CPU): mantissa in [0.5, 1) and the exponent. */
-static inline T SP(frexp_mantissa)(T x) {
+WSE_SP_FN T SP(frexp_mantissa)(T x) {
   int e;
   return frexp(x, &e);
 }
 
-static inline int32_t SP(frexp_exponent)(T x) {
+WSE_SP_FN int32_t SP(frexp_exponent)(T x) {
   int e = 0;
   (void)frexp(x, &e);
   return (int32_t)e;
+}
+
+/* logcumsumexp's step, PyTorch's _log_add_exp_helper (ReduceOpsKernel.cpp): std::min/max keep
+ * their first argument when the other is NaN, and equal infinities must not give NaN. */
+WSE_SP_FN T SP(log_add_exp)(T x, T y) {
+  T lo = isnan(y) ? y : (y < x ? y : x);
+  T hi = isnan(y) ? y : (x < y ? y : x);
+  if (lo != hi || isfinite(lo)) {
+    return log1p(exp(lo - hi)) + hi;
+  }
+  return x;
 }

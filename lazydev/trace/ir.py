@@ -54,6 +54,7 @@ class Op(IntEnum):
     ARGMAX = 124; ARGMIN = 125                      # arg = axis
     ANY = 126; ALL = 127
     CUMSUM = 128                                    # arg = axis; scan, output same shape
+    CUMPROD = 136; LOGCUMSUMEXP = 137               # arg = axis; scans like CUMSUM
     # materialising kernels
     SCATTER_STRIDED = 140   # arg = (size, stride, offset); src = (base, value): as_strided_scatter
     INDEX_PUT = 141         # arg = (first dim, n indices, index ndim, front, accumulate)

@@ -4,7 +4,7 @@ orthogonal polynomials) and of the few float ops around them (fmax/fmin, frexp, 
 Each special function is one Op.SPECIAL node naming a function of csrc/wse_special.h, where the
 bodies are ported from PyTorch's ATen/native/Math.h so values agree with the CPU kernels. Operands
 are cast to the output dtype first, as the CPU kernels' TensorIterator does; where the CPU kernel
-has no half/bfloat16 version the lowering declines them, so the CPU fallback raises its error.
+has no half/bfloat16 version the lowering raises the CPU kernel's error.
 """
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import math
 
 import torch
 
-from .build import Unsupported, as_node, cast, const, ew
+from .build import Unsupported, as_node, cast, const, ew, reduce
 from .ir import Node, Op
 from .lower import register
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 _FLOAT = (torch.float32, torch.float64)
-_HALVES = (torch.float16, torch.bfloat16)
+_HALVES = {torch.float16: "Half", torch.bfloat16: "BFloat16"}
 
 
 def special(name: str, dtype, shape, *srcs: Node, consts: tuple = ()) -> Node:
@@ -27,15 +27,20 @@ def special(name: str, dtype, shape, *srcs: Node, consts: tuple = ()) -> Node:
     return ew(Op.SPECIAL, dtype, shape, *srcs).replace(arg=(name,) + tuple(consts))
 
 
-def _check_dtype(dtype, halves: bool) -> None:
-    if dtype not in _FLOAT and not (halves and dtype in _HALVES):
-        raise Unsupported(f"no CPU kernel for {dtype}: the CPU fallback reports it")
+def _check_dtype(dtype, halves: bool, name: str) -> None:
+    """The CPU kernel's own error for a half dtype it has no kernel for (the aten op would
+    otherwise decompose into prims that compute in float and succeed where the CPU fails)."""
+    if dtype in _HALVES and not halves:
+        kernel = name.removeprefix("calc_").removesuffix("_forward")
+        raise RuntimeError(f'"{kernel}_cpu" not implemented for \'{_HALVES[dtype]}\'')
+    if dtype not in _FLOAT and dtype not in _HALVES:
+        raise Unsupported(f"{name} of {dtype}")
 
 
 def _special_fn(name: str, halves: bool):
     """Lowering of an elementwise special function of one or two tensor/scalar operands."""
     def lower(spec, *args, **__):
-        _check_dtype(spec.dtype, halves)
+        _check_dtype(spec.dtype, halves, name)
         return special(name, spec.dtype, spec.shape, *(as_node(a, spec.dtype) for a in args))
     return lower
 
@@ -95,7 +100,7 @@ for _name, _halves, _names in _FUNCTIONS:
 @register(aten.polygamma.default)
 def _polygamma(spec, n, x):
     """n is a Python int: it picks the C function (digamma, trigamma, or the zeta form)."""
-    _check_dtype(spec.dtype, True)
+    _check_dtype(spec.dtype, True, "polygamma")
     if n < 0:
         raise Unsupported("polygamma of negative order: the CPU kernel reports it")
     x = cast(x, spec.dtype)
@@ -109,7 +114,7 @@ def _polygamma(spec, n, x):
 @register(prims.frexp.default, aten.frexp.Tensor)
 def _frexp(spec, x):
     mantissa, exponent = spec
-    _check_dtype(mantissa.dtype, True)
+    _check_dtype(mantissa.dtype, True, "frexp")
     x = cast(x, mantissa.dtype)
     return (special("frexp_mantissa", mantissa.dtype, mantissa.shape, x),
             special("frexp_exponent", exponent.dtype, exponent.shape, x))
@@ -143,3 +148,26 @@ def _angle(spec, x):
     neg = ew(Op.LT, torch.bool, spec.shape, x, const(0, dt))
     value = ew(Op.WHERE, dt, spec.shape, neg, const(math.pi, dt), const(0, dt))
     return ew(Op.WHERE, dt, spec.shape, ew(Op.NE, torch.bool, spec.shape, x, x), x, value)
+
+
+# ---- products and scans -----------------------------------------------------------------------
+
+@register(prims.prod.default)
+def _prims_prod(spec, x, dims, output_dtype=None):
+    axes = tuple(dims) if dims is not None else tuple(range(len(x.shape)))
+    return reduce(Op.PROD, cast(x, spec.dtype), axes, False, spec.dtype)
+
+
+def _scan(op: Op, floats_only: bool):
+    def lower(spec, x, dim, dtype=None):
+        if floats_only and not spec.dtype.is_floating_point:
+            raise Unsupported(f"{op.name} of {spec.dtype}: the CPU fallback reports it")
+        x = cast(x, spec.dtype)
+        if not x.shape:
+            return x            # a 0-dim scan is its input (log(exp(x)) is x too)
+        return Node(op, spec.dtype, x.shape, (x,), dim % len(x.shape))
+    return lower
+
+
+register(aten.cumprod.default)(_scan(Op.CUMPROD, False))
+register(aten.logcumsumexp.default)(_scan(Op.LOGCUMSUMEXP, True))
