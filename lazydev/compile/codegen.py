@@ -17,6 +17,7 @@ from . import cexpr
 from .cbuilder import CBuilder
 from .cexpr import CodegenUnsupported, literal, vtype
 
+SPECIAL_PREFIX = "wsesp_"   # every function of csrc/wse_special.h
 PARALLEL_MIN = 32768       # elements (times inner work) below which a loop stays serial
 _DIV_OPS = {Op.FLOORDIV, Op.TRUNCDIV, Op.MOD, Op.FMOD}
 
@@ -169,6 +170,15 @@ def _lerp(e: Emitter, n: Node, idx: Idx) -> str:
     return f"wse_lerp{'f' if vtype(n.dtype) == 'float' else ''}({s}, {t}, {w})"
 
 
+def _special(e: Emitter, n: Node, idx: Idx) -> str:
+    """A call of csrc/wse_special.h: the `_f` instance for float sources (half and bfloat16
+    compute in float), the double one for float64; the unit gets the header (program.py)."""
+    name, *consts = n.arg
+    args = [e.load(s, idx) for s in n.src] + [str(c) for c in consts]
+    suffix = "_f" if vtype(n.src[0].dtype) == "float" else ""
+    return cexpr.round_half(n.dtype, f"{SPECIAL_PREFIX}{name}{suffix}({', '.join(args)})")
+
+
 def _expand(e: Emitter, n: Node, idx: Idx) -> str:
     s = n.src[0]
     if s.numel == 1:
@@ -291,7 +301,7 @@ _RULES = {
     Op.CONST: _leaf_const, Op.SCALAR: _leaf_scalar, Op.INDEX: _leaf_index, Op.CAST: _cast,
     Op.WHERE: _where, Op.LERP: _lerp, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
     Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
-    Op.INDEX_ND: _index_nd,
+    Op.INDEX_ND: _index_nd, Op.SPECIAL: _special,
 }
 
 

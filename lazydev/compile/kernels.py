@@ -126,20 +126,28 @@ def argreduction(e: Emitter, n: Node) -> None:
         _store(e, n, "o", "bi")
 
 
-def cumsum(e: Emitter, n: Node) -> None:
+# scan op -> (initial accumulator, statement folding element `x` into `acc`). The accumulator
+# is double for float/half values, as in PyTorch's CPU scans (acc_type); logcumsumexp's step is
+# PyTorch's _log_add_exp_helper (csrc/wse_special.h).
+_SCAN = {Op.CUMSUM: ("0", "acc += {x};"), Op.CUMPROD: ("1", "acc *= {x};"),
+         Op.LOGCUMSUMEXP: ("(-INFINITY)", "acc = wsesp_log_add_exp((double){x}, acc);")}
+
+
+def scan(e: Emitter, n: Node) -> None:
     x, axis, b = n.src[0], n.arg, e.b
     size = n.shape[axis]
     outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
     acc_t = cexpr.acc_type(Op.SUM, n.dtype)
+    init, step = _SCAN[n.op]
     _omp(b, n.numel)
     with b.block(f"for (int64_t o = 0; o < {_prod(outer_shape)}; o++)"):
         oi = Idx(outer_shape, flat="o")
         outer = [e.dim(oi, k) for k in range(len(outer_shape))]
-        b.line(f"{acc_t} acc = 0;")
+        b.line(f"{acc_t} acc = {init};")
         with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
             dims = outer[:axis] + ["r"] + outer[axis:]
             pos = Idx(n.shape, dims=dims)
-            b.line(f"acc += {e.load(x, Idx(x.shape, dims=dims))};")
+            b.line(step.format(x=e.load(x, Idx(x.shape, dims=dims))))
             _store(e, n, e.flat(pos), cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
 
 
@@ -239,7 +247,8 @@ def conv(e: Emitter, n: Node) -> None:
 
 
 TEMPLATES = {
-    Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: cumsum,
+    Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: scan, Op.CUMPROD: scan,
+    Op.LOGCUMSUMEXP: scan,
     Op.SCATTER_STRIDED: scatter_strided, Op.INDEX_PUT: index_put, Op.SCATTER: scatter,
     Op.MATMUL: matmul, Op.CONV2D: conv, Op.CONV2D_BWD_INPUT: conv, Op.CONV2D_BWD_WEIGHT: conv,
 }

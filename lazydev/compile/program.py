@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..trace.ir import Node, Op
 from . import cexpr
 from .cexpr import CodegenUnsupported
+from .codegen import SPECIAL_PREFIX
 from .kernels import KERNEL_ARGS, emit_kernel
 
 ALIGN = 64
@@ -74,8 +75,10 @@ def plan_arena(kernel_nodes: list[Node], scratch: set, reads: dict) -> tuple[dic
     return offsets, top
 
 
-def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str):
-    """C source and Layout for the scheduled graph."""
+def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
+             special: str = ""):
+    """C source and Layout for the scheduled graph. `special` (csrc/wse_special.h) is pasted
+    only into the units whose kernels call one of its functions."""
     for n in order:
         if n.dtype not in cexpr.SUPPORTED:
             raise CodegenUnsupported(f"dtype {n.dtype} is not supported by the wse compiler")
@@ -108,7 +111,7 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str)
             name = names[body] = f"k{len(names)}"
             kernels.append(f"/* {n!r} */\nWSE_KERNEL int {name}({KERNEL_ARGS}) {{\n{body}")
         calls.append(_call(name, ptr_args, slots))
-    units = _units(_preamble(prefix), kernels, _entry(nin + len(out_nbytes), calls))
+    units = _units(_preamble(prefix), kernels, _entry(nin + len(out_nbytes), calls), special)
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order))
     return units, layout
 
@@ -130,9 +133,10 @@ def _call(name: str, ptr_args: list, slots: list) -> str:
 UNIT_LINES = 400      # a translation unit of about this size is worth its own gcc process
 
 
-def _units(preamble: str, kernels: list, entry: str) -> list:
+def _units(preamble: str, kernels: list, entry: str, special: str = "") -> list:
     """Translation units compiled in parallel (compile/build.py): kernels split in balanced
-    chunks, one per core at most; the last unit also declares every kernel and has the entry."""
+    chunks, one per core at most; the last unit also declares every kernel and has the entry.
+    A unit whose kernels call a special function also gets `special` after the preamble."""
     lines = sum(k.count("\n") for k in kernels)
     n = max(1, min(os.cpu_count() or 1, -(-lines // UNIT_LINES)))
     chunks = [[] for _ in range(n)]
@@ -142,8 +146,11 @@ def _units(preamble: str, kernels: list, entry: str) -> list:
         chunks[i].append(k)
         sizes[i] += k.count("\n")
     decls = "\n".join(f"WSE_KERNEL int k{i}({KERNEL_ARGS});" for i in range(len(kernels)))
-    units = ["\n".join([preamble] + c) for c in chunks[:-1]]
-    units.append("\n".join([preamble, decls] + chunks[-1] + [entry]))
+    def head(chunk):
+        uses = special and any(SPECIAL_PREFIX in k for k in chunk)
+        return [preamble, special] if uses else [preamble]
+    units = ["\n".join(head(c) + c) for c in chunks[:-1]]
+    units.append("\n".join(head(chunks[-1]) + [decls] + chunks[-1] + [entry]))
     return units
 
 

@@ -25,7 +25,7 @@ lib = _lazydev_wse.lib
 
 __all__ = [
     "DeviceOutOfMemoryError", "Buffer", "Program", "memory_stats", "set_capacity",
-    "reset_peak", "prefix_source", "blas_library_path",
+    "reset_peak", "prefix_source", "special_source", "blas_library_path",
 ]
 
 _ERRBUF_LEN = 4096
@@ -212,6 +212,13 @@ def reset_peak() -> None:
 def prefix_source() -> str:
     """Text of csrc/wse_prefix.h as embedded at build time."""
     return ffi.string(lib.wse_prefix_source()).decode("utf-8")
+
+
+@functools.lru_cache(maxsize=None)
+def special_source() -> str:
+    """Text of csrc/wse_special.h (template body inlined) as embedded at build time: pasted
+    after the prefix only into translation units that call a `wsesp_` function."""
+    return ffi.string(lib.wse_special_source()).decode("utf-8")
 
 
 def _check_env_capacity() -> None:

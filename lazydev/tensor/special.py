@@ -209,3 +209,16 @@ def _native_batch_norm(func, args, kwargs):
             write(stat, blended)
     from .wse_tensor import from_node
     return from_node(out), from_node(mean), from_node(invstd)
+
+
+@special(aten.polygamma_.default)
+def _polygamma_(func, args, kwargs):
+    """x.polygamma_(n): its functional form takes (n, x), in the other order, so the generic
+    in-place path (tensor/dispatch.py functional_variant) does not find it."""
+    x, n = args[0], args[1] if len(args) > 1 else kwargs["n"]
+    out = dispatch(aten.polygamma.default, (n, x), {})
+    if out.dtype != x.dtype:
+        raise RuntimeError(f"result type {out.dtype} can't be cast to the desired output type "
+                           f"{x.dtype}")
+    write(x, value(out))
+    return x

@@ -39,7 +39,9 @@ class Op(IntEnum):
     SHL = 84; SHR = 85; HYPOT = 86; COPYSIGN = 87; NEXTAFTER = 88
     # elementwise ternary
     WHERE = 90
-    LERP = 91       # src = (start, end, weight); torch.lerp
+    SPECIAL = 91    # arg = (name, *int constants): wsesp_<name>(srcs..., constants...), a special
+                    # function from csrc/wse_special.h (Bessel, gamma family, polynomials...)
+    LERP = 92       # src = (start, end, weight); torch.lerp
     # movement: change which element is read, never the values
     EXPAND = 100      # arg = None; src same rank, size-1 dims broadcast to `shape`
     RESHAPE = 101     # arg = None
@@ -54,6 +56,7 @@ class Op(IntEnum):
     ARGMAX = 124; ARGMIN = 125                      # arg = axis
     ANY = 126; ALL = 127
     CUMSUM = 128                                    # arg = axis; scan, output same shape
+    CUMPROD = 136; LOGCUMSUMEXP = 137               # arg = axis; scans like CUMSUM
     # materialising kernels
     SCATTER_STRIDED = 140   # arg = (size, stride, offset); src = (base, value): as_strided_scatter
     INDEX_PUT = 141         # arg = (first dim, n indices, index ndim, front, accumulate)
@@ -66,7 +69,7 @@ class Op(IntEnum):
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
-ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP}
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140)
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
