@@ -15,6 +15,7 @@ from ..trace import build, meta, sync
 from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
+from ..trace.lower_linalg import DECOMPOSITIONS
 from ..trace.state import current
 from .wse_tensor import WseTensor, from_node, to_cpu, value, write
 
@@ -106,7 +107,7 @@ def _choose(func):
         return lowered_op
     if func.name().startswith("aten::_foreach_"):
         return foreach_op
-    if func in decomposition_table:
+    if func in decomposition_table or func in DECOMPOSITIONS:
         return decomposed_op
     return fallback_op
 
@@ -197,7 +198,13 @@ def _complex(x) -> bool:
 def decomposed_op(func, args, kwargs):
     if _complex(args) or _complex(kwargs.values()) or _complex_out(func, args, kwargs):
         return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
-    return decomposition_table[func](*args, **kwargs)
+    own = DECOMPOSITIONS.get(func)
+    if own is None:
+        return decomposition_table[func](*args, **kwargs)
+    try:
+        return own(*args, **kwargs)
+    except Unsupported as e:
+        return fallback_op(func, args, kwargs, why=str(e))
 
 
 def _complex_out(func, args, kwargs) -> bool:

@@ -586,3 +586,4 @@ register(aten.select_scatter.default)(_view_scatter(torch.select))
 register(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
 
 from . import lower_nn  # noqa: E402,F401  (registers the native nn lowerings)
+from . import lower_linalg  # noqa: E402,F401  (LAPACK-backed linear algebra)
