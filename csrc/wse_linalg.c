@@ -26,7 +26,7 @@
 
 enum {
   R_TRSM = 1, R_POTRF, R_POTRI, R_GETRF, R_GETRS, R_PERM, R_GEQRF, R_ORGQR, R_ORMQR,
-  R_QR, R_GESDD, R_SYEVD, R_SYTRF, R_SYTRS, R_GELS,
+  R_QR, R_GESDD, R_SYEVD, R_SYTRF, R_SYTRS, R_GELS, R_EXPM,
 };
 
 /* Fortran LAPACK, 32-bit integers.  Character arguments get their hidden
@@ -57,11 +57,13 @@ typedef void (*gelsy_t)(const int*, const int*, const int*, double*, const int*,
                         const int*, int*, const double*, int*, double*, const int*, int*);
 typedef void (*trsm_t)(int, int, int, int, int, int, int, double, const double*, int, double*,
                        int);
+typedef void (*gemm_t)(int, int, int, int, int, int, double, const double*, int, const double*,
+                       int, double, double*, int);
 
 static struct {
   getrf_t getrf; getrs_t getrs; potrf_t potrf, potri; geqrf_t geqrf; orgqr_t orgqr;
   ormqr_t ormqr; gesdd_t gesdd; syevd_t syevd; sytrf_t sytrf; sytrs_t sytrs; gels_t gels;
-  gelsy_t gelsy; trsm_t trsm;
+  gelsy_t gelsy; trsm_t trsm; gemm_t gemm;
 } L;
 static int g_loaded = 0;
 
@@ -71,7 +73,7 @@ int wse_linalg_load(void* h) {
   SYM(potri, "scipy_dpotri_"); SYM(geqrf, "scipy_dgeqrf_"); SYM(orgqr, "scipy_dorgqr_");
   SYM(ormqr, "scipy_dormqr_"); SYM(gesdd, "scipy_dgesdd_"); SYM(syevd, "scipy_dsyevd_");
   SYM(sytrf, "scipy_dsytrf_"); SYM(sytrs, "scipy_dsytrs_"); SYM(gels, "scipy_dgels_");
-  SYM(gelsy, "scipy_dgelsy_"); SYM(trsm, "scipy_cblas_dtrsm");
+  SYM(gelsy, "scipy_dgelsy_"); SYM(trsm, "scipy_cblas_dtrsm"); SYM(gemm, "scipy_cblas_dgemm");
 #undef SYM
   g_loaded = 1;
   return 0;
@@ -313,36 +315,45 @@ static void qr_one(const call_t* c, int64_t b) {
   free(a);
 }
 
-/* p = {m, n, jobz: 0 N, 1 S, 2 A} -> [U m x uc][S k][Vh vr x n][info] (gesdd, as
-   torch.linalg.svd on the CPU).  An empty matrix gets identity U / Vh like ATen's. */
-static void gesdd_one(const call_t* c, int64_t b) {
-  int64_t m = c->p[0], n = c->p[1], jobz = c->p[2], k = m < n ? m : n;
-  int64_t uc = jobz == 2 ? m : (jobz ? k : 0), vr = jobz == 2 ? n : (jobz ? k : 0);
-  int mm = (int)m, nn = (int)n, lda = ld1(m), ldu = ld1(m), ldvt = ld1(vr), lw = -1, info = 0;
-  char jz = "NSA"[jobz];
-  double* a = dalloc(m * n + k + m * uc + vr * n);
-  double *s = a + m * n, *u = s + k, *vt = u + m * uc, q = 0;
+/* gesdd of the column-major m x n matrix a (destroyed): s, u (m x uc), vt (vr x n). */
+static int gesdd_cm(char jobz, int64_t m, int64_t n, double* a, double* s, double* u,
+                    double* vt, int64_t vr) {
+  int64_t k = m < n ? m : n;
+  int mm = (int)m, nn = (int)n, lda = ld1(m), ldvt = ld1(vr), lw = -1, info = 0;
+  double q = 0;
   int* iw = ialloc(8 * k);
-  load(c->in[0], c->dbl, b * m * n, m, n, a, m);
-  if (k > 0) {
-    L.gesdd(&jz, &mm, &nn, a, &lda, s, u, &ldu, vt, &ldvt, &q, &lw, iw, &info, 1);
-    lw = (int)q > 1 ? (int)q : 1;
-    double* w = dalloc(lw);
-    L.gesdd(&jz, &mm, &nn, a, &lda, s, u, &ldu, vt, &ldvt, w, &lw, iw, &info, 1);
-    free(w);
-  } else {
+  L.gesdd(&jobz, &mm, &nn, a, &lda, s, u, &lda, vt, &ldvt, &q, &lw, iw, &info, 1);
+  lw = (int)q > 1 ? (int)q : 1;
+  double* w = dalloc(lw);
+  L.gesdd(&jobz, &mm, &nn, a, &lda, s, u, &lda, vt, &ldvt, w, &lw, iw, &info, 1);
+  free(w);
+  free(iw);
+  return info;
+}
+
+/* p = {m, n, jobz: 0 N, 1 S, 2 A} -> [U m x uc][S k][Vh vr x n][info], gesdd as
+   torch.linalg.svd on the CPU; an empty matrix gets identity U / Vh like ATen's.  Singular
+   vectors are unique up to sign: for tall and square matrices reference LAPACK's signs are
+   MKL's (PyTorch's CPU LAPACK); for wide ones MKL's gesdd often picks others. */
+static void gesdd_one(const call_t* c, int64_t b) {
+  int64_t m = c->p[0], n = c->p[1], jobz = c->p[2], k = m < n ? m : n, B = c->batch;
+  int64_t uc = jobz == 2 ? m : (jobz ? k : 0), vr = jobz == 2 ? n : (jobz ? k : 0);
+  int info = 0;
+  double* a = dalloc(m * n + k + m * uc + vr * n);
+  double *s = a + m * n, *u = s + k, *vt = u + m * uc;
+  int64_t off_s = B * m * uc, off_v = off_s + B * k;
+  if (k == 0) {
     for (int64_t i = 0; i < m * uc; i++) u[i] = i % (m + 1) == 0;
     for (int64_t i = 0; i < vr * n; i++) vt[i] = i % (vr + 1) == 0;
+  } else {
+    load(c->in[0], c->dbl, b * m * n, m, n, a, m);
+    info = gesdd_cm("NSA"[jobz], m, n, a, s, u, vt, vr);
   }
-  int64_t off = 0, B = c->batch;
-  store(u, m, m, uc, c->out, c->dbl, off + b * m * uc);
-  off += B * m * uc;
-  store(s, 1, 1, k, c->out, c->dbl, off + b * k);
-  off += B * k;
-  store(vt, vr, vr, n, c->out, c->dbl, off + b * vr * n);
-  put(c->out, c->dbl, off + B * vr * n + b, info);
+  store(u, m, m, uc, c->out, c->dbl, b * m * uc);
+  store(s, 1, 1, k, c->out, c->dbl, off_s + b * k);
+  store(vt, vr, vr, n, c->out, c->dbl, off_v + b * vr * n);
+  put(c->out, c->dbl, off_v + B * vr * n + b, info);
   free(a);
-  free(iw);
 }
 
 /* p = {n, upper, vectors} -> [eigenvalues n][eigenvectors n x n or none][info] (syevd). */
@@ -408,8 +419,8 @@ static void sytrs_one(const call_t* c, int64_t b) {
   free(a);
 }
 
-/* p = {m, n, nrhs, driver: 0 gels, 1 gelsy, rcond's bits as a double}; in = {A m x n, B m x nrhs} ->
-   [X max(m, n) x nrhs (LAPACK's B: the solution, then gels's residual rows)][rank]. */
+/* p = {m, n, nrhs, driver: 0 gels, 1 gelsy, rcond's bits as a double}; in = {A m x n, B m x nrhs}
+   -> [X max(m, n) x nrhs (LAPACK's B: the solution, then gels's residual rows)][rank][info]. */
 static void gels_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], r = c->p[2], mx = m > n ? m : n;
   int mm = (int)m, nn = (int)n, nr = (int)r, lda = ld1(m), ldb = ld1(mx), lw = -1, info = 0;
@@ -435,8 +446,48 @@ static void gels_one(const call_t* c, int64_t b) {
   }
   store(x, mx, mx, r, c->out, c->dbl, b * mx * r);
   put(c->out, c->dbl, c->batch * mx * r + b, rank);
+  put(c->out, c->dbl, c->batch * (mx * r + 1) + b, info);
   free(a);
   free(jpvt);
+}
+
+/* c := a b for column-major n x n matrices. */
+static void mm(const double* a, const double* b, double* c, int64_t n) {
+  L.gemm(102, 111, 111, (int)n, (int)n, (int)n, 1.0, a, (int)n, b, (int)n, 0.0, c, (int)n);
+}
+
+/* p = {n} -> exp(A) by scaling and squaring: A / 2^s has 1-norm <= 1/2, where a degree-18
+   Taylor polynomial (Horner) is exact to double precision; then s squarings.  In double, so
+   it agrees with PyTorch's float32 Taylor/Pade-style evaluation (LinearAlgebra.cpp mexp) to
+   float precision. A non-finite input gives NaN, as there. */
+static void expm_one(const call_t* c, int64_t b) {
+  int64_t n = c->p[0], nn = n * n;
+  double* a = dalloc(3 * nn);
+  double *e = a + nn, *t = e + nn, norm = 0;
+  load(c->in[0], c->dbl, b * nn, n, n, a, n);
+  for (int64_t j = 0; j < n; j++) {
+    double col = 0;
+    for (int64_t i = 0; i < n; i++) col += fabs(a[i + j * n]);
+    norm = col > norm || col != col ? col : norm;
+  }
+  if (!isfinite(norm)) {
+    for (int64_t i = 0; i < nn; i++) e[i] = NAN;
+  } else {
+    int s = norm > 0.5 ? (int)ceil(log2(norm / 0.5)) : 0;
+    double scale = ldexp(1.0, -s);
+    for (int64_t i = 0; i < nn; i++) a[i] *= scale;
+    for (int64_t i = 0; i < nn; i++) e[i] = i % (n + 1) == 0;   /* E = I */
+    for (int d = 18; d >= 1; d--) {                              /* E = I + A E / d */
+      mm(a, e, t, n);
+      for (int64_t i = 0; i < nn; i++) e[i] = t[i] / d + (i % (n + 1) == 0);
+    }
+    for (int i = 0; i < s; i++) {
+      mm(e, e, t, n);
+      memcpy(e, t, (size_t)nn * sizeof(double));
+    }
+  }
+  store(e, n, n, n, c->out, c->dbl, b * nn);
+  free(a);
 }
 
 /* ---- entry point ----------------------------------------------------------- */
@@ -462,6 +513,7 @@ static one_fn routine_fn(int64_t r) {
     case R_SYTRF: return sytrf_one;
     case R_SYTRS: return sytrs_one;
     case R_GELS: return gels_one;
+    case R_EXPM: return expm_one;
     default: return NULL;
   }
 }

@@ -18,11 +18,12 @@ run by tensor/dispatch.py), exactly as ATen composes them.
 from __future__ import annotations
 
 import math
+import struct
 import zlib
 
 import torch
 
-from .build import Unsupported, cast, contiguous_strides, expand, full, permute, reshape
+from .build import Unsupported, cast, contiguous_strides, expand, full, permute, reduce, reshape
 from .ir import Node, Op
 from .lower import register
 from .state import Storage, current
@@ -33,7 +34,7 @@ DECOMPOSITIONS: dict = {}       # aten op -> function over tensors (see the modu
 # Routine ids of csrc/wse_linalg.c (its enum); the params of each are documented there.
 ROUTINES = {"trsm": 1, "potrf": 2, "potri": 3, "getrf": 4, "getrs": 5, "perm": 6, "geqrf": 7,
             "orgqr": 8, "ormqr": 9, "qr": 10, "gesdd": 11, "syevd": 12, "sytrf": 13,
-            "sytrs": 14, "gels": 15}
+            "sytrs": 14, "gels": 15, "expm": 16}
 
 
 def decomposition(*ops):
@@ -293,9 +294,24 @@ def _linalg_qr(spec, A, mode="reduced"):
     return (Q if code != 2 else _empty(spec[0])), R
 
 
-@register(aten.geqrf.default)
-def _geqrf(spec, A):
-    dt = _float(spec[0].dtype)
+def node_decomposition(*ops):
+    """For ops without a meta kernel: `fn` maps value nodes (and other arguments) to nodes;
+    registered as a tensor-level decomposition that unwraps and wraps wse tensors."""
+    def deco(fn):
+        def run(*args, **kwargs):
+            from ..tensor.wse_tensor import WseTensor, from_node, value
+            nodes = [value(a) if isinstance(a, WseTensor) else a for a in args]
+            out = fn(*nodes, **kwargs)
+            return tuple(map(from_node, out)) if isinstance(out, tuple) else from_node(out)
+        return decomposition(*ops)(run)
+    return deco
+
+
+@node_decomposition(aten.geqrf.default)
+def _geqrf(A):
+    if not isinstance(A, Node) or len(A.shape) < 2:
+        raise Unsupported("geqrf of a CPU tensor or of fewer than 2 dims")
+    dt = _float(A.dtype)
     m, n = A.shape[-2:]
     batch = A.shape[:-2]
     return tuple(lapack("geqrf", dt, batch, (m, n), (_mat(A, batch, (m, n), dt),),
@@ -330,6 +346,10 @@ def _linalg_svd(spec, A, full_matrices=False, compute_uv=True, driver=None):
     dt = _float(spec[1].dtype)
     m, n = A.shape[-2:]
     batch, k = A.shape[:-2], min(m, n)
+    if compute_uv and m < n and k:
+        # Singular vectors are unique up to sign, and for wide matrices MKL's gesdd (PyTorch's
+        # CPU LAPACK) picks other signs than reference LAPACK, in no pattern we could match.
+        raise Unsupported("singular vectors of a wide matrix (MKL's signs)")
     jobz = 0 if not compute_uv else (2 if full_matrices else 1)
     uc, vr = (m, n) if jobz == 2 else (k, k) if jobz else (0, 0)
     U, S, Vh, info = lapack("gesdd", dt, batch, (m, n, jobz), (_mat(A, batch, (m, n), dt),),
@@ -436,6 +456,8 @@ def _linalg_pinv(A, *, atol=None, rtol=None, hermitian=False):
             rtol = torch.where(atol > 0, torch.zeros((), **f64), rtol)
     if atol is None:
         atol = torch.zeros((), **f64)
+    if A.shape[-2] < A.shape[-1] and not hermitian:     # pinv(A) = pinv(A^T)^T: a tall SVD
+        return _linalg_pinv(A.mT, atol=atol, rtol=rtol).mT
     if A.numel() == 0:
         U, S, Vh = torch.linalg.svd(A, full_matrices=False)
         return torch.matmul(Vh.mH * S.reciprocal().unsqueeze(-2), U.mH)
@@ -451,6 +473,46 @@ def _linalg_pinv(A, *, atol=None, rtol=None, hermitian=False):
     S_inv = torch.where(S > tol, S.reciprocal(), torch.zeros((), dtype=S.dtype, device=S.device))
     return torch.matmul(Vh.mH * S_inv.to(A.dtype).unsqueeze(-2), U.mH)
 
+
+@node_decomposition(aten.linalg_lstsq.default)
+def _linalg_lstsq(A, B, rcond=None, *, driver=None):
+    """gels or gelsy (the CPU default), as ATen's linalg_lstsq (which has no meta kernel).
+    gelsd/gelss (their residuals' shape depends on the computed rank) run on the CPU."""
+    driver = driver or "gelsy"
+    if driver not in ("gels", "gelsy") or not isinstance(A, Node) or not isinstance(B, Node) \
+            or A.dtype != B.dtype or len(A.shape) < 2:
+        raise Unsupported(f"lstsq with driver {driver!r}")
+    dt = _float(A.dtype)
+    m, n = A.shape[-2:]
+    vector = len(B.shape) == 1 or (len(A.shape) - 1 == len(B.shape) and B.shape == A.shape[:-1])
+    b = reshape(B, B.shape + (1,)) if vector else B
+    k, mx = b.shape[-1], max(m, n)
+    if b.shape[-2] != m:
+        raise Unsupported("lstsq: A and B have different numbers of rows")
+    batch = tuple(torch.broadcast_shapes(A.shape[:-2], b.shape[:-2]))
+    rcond = torch.finfo(dt).eps * mx if rcond is None else rcond
+    bits = int.from_bytes(struct.pack("<d", float(rcond)), "little", signed=True)
+    X, rank, info = lapack("gels", dt, batch, (m, n, k, driver == "gelsy", bits),
+                           (_mat(A, batch, (m, n), dt), _mat(b, batch, (m, k), dt)),
+                           [(mx, k), (), ()])
+    deferred_check(info, "torch.linalg.lstsq", math.prod(batch) <= 1)
+    residuals = full(0, dt, (0,))
+    if m > n and driver == "gels":     # LAPACK leaves the residual's rows below the solution
+        rows = Node(Op.AS_STRIDED, dt, batch + (m - n, k), (X,),
+                    (contiguous_strides(X.shape), n * k))
+        residuals = reduce(Op.SUM, Node(Op.MUL, dt, rows.shape, (rows, rows)), (-2,), False, dt)
+    X = _narrow(X, -2, n) if m else full(0, dt, batch + (n, k))
+    rank = cast(rank, torch.int64) if driver == "gelsy" else full(0, torch.int64, (0,))
+    return (reshape(X, batch + (n,)) if vector else X), residuals, rank, full(0, dt, (0,))
+
+@node_decomposition(aten.linalg_matrix_exp.default)
+def _linalg_matrix_exp(A):
+    if not isinstance(A, Node) or len(A.shape) < 2 or A.shape[-1] != A.shape[-2]:
+        raise Unsupported("matrix_exp of a CPU tensor or of a non-square input")
+    dt, n, batch = _float(A.dtype), A.shape[-1], A.shape[:-2]
+    if n <= 1:      # as ATen: the empty matrix, and exp of the single entry
+        return Node(Op.EXP, dt, A.shape, (A,)) if n else A
+    return lapack("expm", dt, batch, (n,), (_mat(A, batch, (n, n), dt),), [(n, n)])[0]
 
 def _register_errors() -> None:
     from ..runtime import device
