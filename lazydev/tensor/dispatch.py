@@ -231,9 +231,13 @@ def view_op(func, args, kwargs):
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=str(e))
     base = next(a for a in args if isinstance(a, WseTensor))
-    if base.dtype.is_complex or _complex(spec):
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    changes_dtype = any(s.dtype != base.dtype for s in specs if s is not None)
+    if func in _VALUE_VIEWS or (changes_dtype and (base.dtype.is_complex or _complex(spec))):
         # view_as_real/view_as_complex reinterpret storage; storages hold one dtype, so these
         # run on the CPU and return a copy (a write through the result does not reach `base`).
+        # Views of complex tensors that keep the dtype alias as any view: complex values are
+        # read and written through the CPU as a whole storage (to_cpu, _write_on_cpu).
         return fallback_op(func, args, kwargs, why="a view that changes dtype")
 
     def make(s):
@@ -245,6 +249,10 @@ def view_op(func, args, kwargs):
     if isinstance(spec, tuple):
         return type(spec)(make(s) for s in spec)
     return make(spec)
+
+
+# Views that change the values read (PyTorch's conjugate and negative bits): run on the CPU.
+_VALUE_VIEWS = frozenset({aten._conj.default, aten._neg_view.default})
 
 
 def inplace_view_op(func, args, kwargs):
