@@ -57,10 +57,8 @@ _GROW = "wse tensors cannot grow in place (resize_/set_ of a wrapper storage)"
 KNOWN_FAILURES = {
     "addbmm": "CPU addbmm_ resizes a one-element input to the result's shape; " + _GROW,
     "resize_": _GROW,
-    "linalg.matrix_power": "the CPU kernel resizes its out= tensor; " + _GROW,
     "stft": "wrong gradient: the complex backward writes through view_as_real, which wse runs "
             "on the CPU as a copy instead of an alias",
-    "linalg.eig": "NaN gradient through the complex CPU fallbacks; not investigated yet",
     "native_batch_norm": "eval mode: the decomposition returns save_mean/save_invstd of shape "
                          "[C]; the CPU kernel returns empty tensors",
     "nn.functional.adaptive_max_pool1d": "aten.adaptive_max_pool2d: its wse handler returns "

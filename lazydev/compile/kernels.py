@@ -246,11 +246,30 @@ def conv(e: Emitter, n: Node) -> None:
         e.b.line(f"lib->{fn}({e.ptr(first)}, {e.ptr(second)}, {e.ptr(n)}, cp);")
 
 
+def linalg(e: Emitter, n: Node) -> None:
+    """A LAPACK routine of csrc/wse_linalg.c; n.arg is its parameter list (Note [LAPACK nodes]
+    in trace/lower_linalg.py)."""
+    e.b.line(f"static const int64_t lp[] = {{{', '.join(map(str, n.arg))}}};")
+    ins = ", ".join(f"(const void*){e.ptr(s)}" for s in n.src)
+    e.b.line(f"const void* li[] = {{{ins}}};")
+    e.b.line(f"err = lib->linalg(lp, li, {e.ptr(n)}, errinfo);")
+
+
+def linalg_check(e: Emitter, n: Node) -> None:
+    """Fail the program at the first nonzero LAPACK info (Note [Deferred linalg errors])."""
+    info = e.ptr(n.src[0])
+    e.b.line(f"{e.ptr(n)}[0] = 0;")
+    with e.b.block(f"for (int64_t i = 0; i < {n.src[0].numel}; i++)"):
+        e.b.line(f"if ({info}[i] != 0) {{ WSE_FAIL(WSE_ERR_LINALG, {info}[i], i); "
+                 f"errinfo[2] = {n.arg}; break; }}")
+
+
 TEMPLATES = {
     Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: scan, Op.CUMPROD: scan,
     Op.LOGCUMSUMEXP: scan,
     Op.SCATTER_STRIDED: scatter_strided, Op.INDEX_PUT: index_put, Op.SCATTER: scatter,
     Op.MATMUL: matmul, Op.CONV2D: conv, Op.CONV2D_BWD_INPUT: conv, Op.CONV2D_BWD_WEIGHT: conv,
+    Op.LINALG: linalg, Op.LINALG_CHECK: linalg_check,
 }
 
 

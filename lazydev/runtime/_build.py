@@ -88,7 +88,7 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "_lazydev_wse",
     SOURCE,
-    sources=[os.path.join(_CSRC, "wse_runtime.c"), os.path.join(_CSRC, "wse_kernels.c")],
+    sources=[os.path.join(_CSRC, n) for n in ("wse_runtime.c", "wse_kernels.c", "wse_linalg.c")],
     include_dirs=[_CSRC],
     depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h", "wse_special.h",
                                               "wse_special_t.h")],

@@ -268,7 +268,15 @@ class Program:
             raise _program_error(rc, err)
 
 
+# Error code -> errinfo list -> the exception to raise, for codes defined by upper layers
+# (WSE_ERR_LINALG: trace/lower_linalg.py).
+ERROR_DECODERS: dict = {}
+
+
 def _program_error(rc: int, err) -> Exception:
+    decode = ERROR_DECODERS.get(rc)
+    if decode is not None:
+        return decode([err[i] for i in range(4)])
     if rc == 1:
         return IndexError(f"index {err[0]} is out of bounds for dimension with size {err[1]}")
     if rc == 2:

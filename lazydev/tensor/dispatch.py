@@ -15,6 +15,7 @@ from ..trace import build, meta, sync
 from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
+from ..trace.lower_linalg import DECOMPOSITIONS
 from ..trace.state import current
 from . import replay
 from .wse_tensor import WseTensor, from_node, to_cpu, value, write
@@ -107,7 +108,7 @@ def _choose(func):
         return lowered_op
     if func.name().startswith("aten::_foreach_"):
         return foreach_op
-    if func in decomposition_table:
+    if func in decomposition_table or func in DECOMPOSITIONS:
         return decomposed_op
     return fallback_op
 
@@ -201,7 +202,13 @@ def _complex(x) -> bool:
 def decomposed_op(func, args, kwargs):
     if _complex(args) or _complex(kwargs.values()) or _complex_out(func, args, kwargs):
         return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
-    return decomposition_table[func](*args, **kwargs)
+    own = DECOMPOSITIONS.get(func)
+    if own is None:
+        return decomposition_table[func](*args, **kwargs)
+    try:
+        return own(*args, **kwargs)
+    except Unsupported as e:
+        return fallback_op(func, args, kwargs, why=str(e))
 
 
 def _complex_out(func, args, kwargs) -> bool:
@@ -233,9 +240,13 @@ def view_op(func, args, kwargs):
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=str(e))
     base = next(a for a in args if isinstance(a, WseTensor))
-    if base.dtype.is_complex or _complex(spec):
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    changes_dtype = any(s.dtype != base.dtype for s in specs if s is not None)
+    if func in _VALUE_VIEWS or (changes_dtype and (base.dtype.is_complex or _complex(spec))):
         # view_as_real/view_as_complex reinterpret storage; storages hold one dtype, so these
         # run on the CPU and return a copy (a write through the result does not reach `base`).
+        # Views of complex tensors that keep the dtype alias as any view: complex values are
+        # read and written through the CPU as a whole storage (to_cpu, _write_on_cpu).
         return fallback_op(func, args, kwargs, why="a view that changes dtype")
 
     def make(s):
@@ -247,6 +258,10 @@ def view_op(func, args, kwargs):
     if isinstance(spec, tuple):
         return type(spec)(make(s) for s in spec)
     return make(spec)
+
+
+# Views that change the values read (PyTorch's conjugate and negative bits): run on the CPU.
+_VALUE_VIEWS = frozenset({aten._conj.default, aten._neg_view.default})
 
 
 def inplace_view_op(func, args, kwargs):

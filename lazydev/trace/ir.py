@@ -65,6 +65,8 @@ class Op(IntEnum):
     CONV2D = 151            # arg = params (stride, padding, dilation, groups)
     CONV2D_BWD_INPUT = 152  # src = (grad_out, weight)
     CONV2D_BWD_WEIGHT = 153  # src = (grad_out, input)
+    LINALG = 154            # arg = (routine, params); packed outputs (trace/lower_linalg.py)
+    LINALG_CHECK = 155      # arg = check id; src = (info,): fails the program if info != 0
 
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
@@ -73,7 +75,8 @@ ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140)
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
-LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT})
+LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT, Op.LINALG,
+                     Op.LINALG_CHECK})
 SCATTERS = frozenset({Op.SCATTER_STRIDED, Op.INDEX_PUT, Op.SCATTER})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 

@@ -597,3 +597,4 @@ register(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
 
 from . import lower_nn  # noqa: E402,F401  (registers the native nn lowerings)
 from . import lower_special  # noqa: E402,F401  (registers the special-function lowerings)
+from . import lower_linalg  # noqa: E402,F401  (LAPACK-backed linear algebra)

@@ -35,6 +35,7 @@ class Trace:
         self.origins: list = []         # per DATA slot: user source line of its upload, if known
         self.scalars: list = []         # Python floats, by SCALAR slot
         self.live: dict = {}            # serial -> weakref to a pending Storage (may be dead)
+        self.keep: list = []            # storages computed at the next sync even if unreferenced
         self.nodes = 0                  # ops dispatched
         self.writes = 0                 # pending values created (for the runaway-trace guard)
         self.guard_at = _guard_threshold(0)
