@@ -63,10 +63,6 @@ KNOWN_FAILURES = {
     "linalg.eig": "NaN gradient through the complex CPU fallbacks; not investigated yet",
     "native_batch_norm": "eval mode: the decomposition returns save_mean/save_invstd of shape "
                          "[C]; the CPU kernel returns empty tensors",
-    "nn.functional.adaptive_max_pool1d": "aten.adaptive_max_pool2d: its wse handler returns "
-                                         "NotImplemented; not fixed yet",
-    "nn.functional.adaptive_max_pool2d": "aten.adaptive_max_pool2d: its wse handler returns "
-                                         "NotImplemented; not fixed yet",
     "tensor_split": "the sample's index tensor must stay on the CPU, but the harness moves "
                     "every tensor to wse",
 }

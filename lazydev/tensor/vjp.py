@@ -8,8 +8,8 @@ a hand-written lowering per backward op, the backward is traced once per (op, ar
 metadata): make_fx runs torch.autograd.grad over the decomposed forward on meta tensors, which
 records the forward's gathers transposed into scatter-adds (index_put with accumulate) and so
 on. The recorded aten graph, with its dead forward-only part removed, is cached and replayed on
-wse tensors through the ordinary dispatch, so every op in it is lowered (or decomposed) as
-usual. A backward that cannot be traced runs on the CPU, as it did before.
+wse tensors through the ordinary dispatch, so every op in it is lowered, decomposed, or handled
+as usual (the trace itself decomposes nothing: views stay views, lowered ops stay whole). A backward that cannot be traced runs on the CPU, as it did before.
 
 A rule maps a backward op's bound arguments to its forward: a function of the differentiated
 inputs and the other tensor inputs (both graph inputs; scalars are baked into the trace and
@@ -23,7 +23,6 @@ import torch
 from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ..trace.lower import LOWERINGS
 from .dispatch import SPECIAL, _HANDLERS, _choose, fallback_op
 from .wse_tensor import WSE
 
@@ -33,9 +32,6 @@ aten = torch.ops.aten
 # are excluded, so tracing torch.autograd.grad there needs this state restored.
 _TLS = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
 
-# Decompositions applied while tracing: all but the ops wse lowers natively, so the recorded
-# graph keeps e.g. _softmax as one op instead of its expansion.
-_TRACE_DECOMPS = {op: fn for op, fn in decomposition_table.items() if op not in LOWERINGS}
 
 
 @dataclass
@@ -51,6 +47,22 @@ class Vjp:
 
 _RULES: dict = {}
 _GRAPHS: dict = {}
+DECOMPOSITIONS: dict = {}     # forwards torch._decomp lacks, written for wse (tensor/pool.py ...)
+
+
+def decomposition(*ops):
+    """Register `fn` as the wse implementation of `ops`, run on wse tensors (each op it calls
+    is dispatched as usual), and as the forward the vjp rules of their backwards trace."""
+    def deco(fn):
+        for op in ops:
+            DECOMPOSITIONS[op] = fn
+            SPECIAL[op] = _decomposed
+        return fn
+    return deco
+
+
+def _decomposed(func, args, kwargs):
+    return DECOMPOSITIONS[func](*args, **kwargs)
 
 
 def rule(*ops):
@@ -132,7 +144,7 @@ def _trace(vjp: Vjp) -> torch.fx.GraphModule:
     example = [_meta(v, dtype) for v in (*vjp.grads, *vjp.primals, *vjp.others)]
     try:
         with torch._C._ForceDispatchKeyGuard(*_TLS):
-            gm = make_fx(f, decomposition_table=_TRACE_DECOMPS)(*example)
+            gm = make_fx(f)(*example)
     except Exception as e:          # noqa: BLE001 - any tracing failure means: use the CPU
         raise _Untraceable(f"{type(e).__name__}: {e}") from e
     gm.graph.eliminate_dead_code()
@@ -177,7 +189,7 @@ def _run(func, args, kwargs):
 # ---- rules ------------------------------------------------------------------------------------
 
 def _decomp(op):
-    return decomposition_table[op]
+    return DECOMPOSITIONS.get(op) or decomposition_table[op]
 
 
 def _upsample(fwd):
