@@ -130,7 +130,7 @@ def _trace(vjp: Vjp) -> torch.fx.GraphModule:
 
     def f(*flat):
         grads, primals, others = flat[:n_g], flat[n_g:n_g + n_p], flat[n_g + n_p:]
-        primals = [p.detach().requires_grad_() for p in primals]
+        primals = [p.detach().requires_grad_() if p is not None else None for p in primals]
         with torch.enable_grad():
             out = vjp.forward(*primals, *others)
         outs = out if isinstance(out, (list, tuple)) else (out,)
