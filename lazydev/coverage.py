@@ -61,8 +61,6 @@ KNOWN_FAILURES = {
     "stft": "wrong gradient: the complex backward writes through view_as_real, which wse runs "
             "on the CPU as a copy instead of an alias",
     "linalg.eig": "NaN gradient through the complex CPU fallbacks; not investigated yet",
-    "native_batch_norm": "eval mode: the decomposition returns save_mean/save_invstd of shape "
-                         "[C]; the CPU kernel returns empty tensors",
     "tensor_split": "the sample's index tensor must stay on the CPU, but the harness moves "
                     "every tensor to wse",
 }
