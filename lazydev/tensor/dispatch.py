@@ -197,7 +197,10 @@ def _complex(x) -> bool:
 def decomposed_op(func, args, kwargs):
     if _complex(args) or _complex(kwargs.values()) or _complex_out(func, args, kwargs):
         return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
-    return decomposition_table[func](*args, **kwargs)
+    out = decomposition_table[func](*args, **kwargs)
+    if out is NotImplemented:       # the decomposition does not cover these arguments
+        return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
+    return out
 
 
 def _complex_out(func, args, kwargs) -> bool:
