@@ -20,6 +20,7 @@ from .tensor import vjp as _vjp  # noqa: E402,F401  (registers the traced backwa
 from .tensor import pool as _pool  # noqa: E402,F401  (registers the pooling handlers)
 from .tensor import conv as _conv  # noqa: E402,F401  (registers the convolution handlers)
 from .tensor import norm as _norm  # noqa: E402,F401  (registers the batch-norm handlers)
+from .tensor import pairwise as _pairwise  # noqa: E402,F401  (_trilinear, cdist, pdist)
 from .tensor.wse_tensor import WseTensor  # noqa: E402
 from .trace import sync as _sync  # noqa: E402
 
