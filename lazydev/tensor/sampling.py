@@ -14,9 +14,20 @@ import math
 
 import torch
 
+from ..trace.build import reduce
+from ..trace.ir import Op
 from .vjp import decomposition
+from .wse_tensor import WseTensor, from_node, value
 
 aten = torch.ops.aten
+
+
+def seqsum(t, dim: int, keepdim: bool = False):
+    """Sum over `dim` accumulated in t's dtype, in index order, as PyTorch's scalar CPU kernels
+    sum (wse's sum accumulates floats in double). No aten op says this: the node is made here."""
+    if not isinstance(t, WseTensor):
+        return t.sum(dim, keepdim=keepdim)
+    return from_node(reduce(Op.SEQSUM, value(t), (dim,), keepdim, t.dtype))
 
 
 def _unnormalize(coord, size: int, align_corners: bool):
@@ -136,9 +147,6 @@ def _scatter3d(shape, corners, g):
 def _grid_grad(x, corners, g, mults):
     """The grid gradient, summed over channels and corners in the CPU kernel's order and
     precision (SEQSUM: float accumulation), then scaled by d index / d grid."""
-    from ..trace.build import reduce
-    from ..trace.ir import Op
-    from .wse_tensor import from_node, value
     n, c = x.shape[:2]
     parts = []
     for axis in range(3):                                   # gix, giy, giz
@@ -148,7 +156,7 @@ def _grid_grad(x, corners, g, mults):
             t = _gather3d(x, z, y, xx) * others[0].unsqueeze(1) * others[1].unsqueeze(1) * g
             terms.append(t if bits[2 - axis] else -t)
         t = torch.stack(terms, -1).permute(0, 2, 1, 3).reshape(n, -1, c * len(terms))
-        total = from_node(reduce(Op.SEQSUM, value(t), (2,), False, t.dtype))
+        total = seqsum(t, 2)
         parts.append(mults[axis] * total)
     return torch.stack(parts, -1)
 
@@ -174,24 +182,32 @@ def grid_sampler_3d_backward(grad, x, grid, interpolation_mode, padding_mode, al
 
 # ---- antialiased bilinear resize --------------------------------------------------------------
 
+def _f32(v: float) -> float:
+    """v rounded to float32 (the CPU kernel keeps its scalars in the input's float type)."""
+    return torch.tensor(v, dtype=torch.float32).item()
+
+
 def _aa_weights(size: int, out: int, align_corners: bool, scale_opt, device, dtype):
-    """[out, size] matrix of the CPU kernel's normalised triangle-filter weights."""
+    """[out, size] matrix of the CPU kernel's normalised triangle-filter weights, rounded as it
+    rounds them (HelperInterpBase::_compute_indices_min_size_weights_aa, float scalars)."""
     if align_corners:
-        scale = (size - 1) / (out - 1) if out > 1 else 0.0
+        scale = _f32((size - 1) / (out - 1)) if out > 1 else 0.0
+    elif scale_opt is not None and scale_opt > 0:
+        scale = _f32(1.0 / scale_opt)
     else:
-        scale = 1.0 / scale_opt if scale_opt is not None and scale_opt > 0 else size / out
+        scale = _f32(size / out)
     support = scale if scale >= 1.0 else 1.0            # interp_size / 2 = 1 for bilinear
-    invscale = 1.0 / scale if scale >= 1.0 else 1.0
-    f64 = torch.float64
-    center = (torch.arange(out, device=device, dtype=f64) + 0.5) * scale
-    lo = torch.clamp(torch.trunc(center - support + 0.5), min=0)
-    hi = torch.clamp(torch.trunc(center + support + 0.5), max=size)
+    invscale = _f32(1.0 / scale) if scale >= 1.0 else 1.0
+    f32, f64 = torch.float32, torch.float64
+    center = ((torch.arange(out, device=device, dtype=f64) + 0.5) * scale).to(f32)
+    lo = torch.clamp(torch.trunc((center - support).to(f64) + 0.5), min=0)
+    hi = torch.clamp(torch.trunc((center + support).to(f64) + 0.5), max=size)
     hi = torch.minimum(hi, lo + (math.ceil(support) * 2 + 1))
-    j = torch.arange(size, device=device, dtype=f64)
-    t = ((j.unsqueeze(0) - center.unsqueeze(1) + 0.5) * invscale).abs()
-    inside = (j.unsqueeze(0) >= lo.unsqueeze(1)) & (j.unsqueeze(0) < hi.unsqueeze(1))
-    w = torch.where(inside & (t < 1), 1 - t, 0)
-    total = w.sum(1, keepdim=True)
+    j = torch.arange(size, device=device, dtype=f32).unsqueeze(0)
+    arg = (((j - center.unsqueeze(1)).to(f64) + 0.5) * invscale).to(f32).abs()
+    inside = (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1))
+    w = torch.where(inside & (arg < 1), 1 - arg, 0)
+    total = seqsum(w, 1, keepdim=True)           # the kernel's total_w
     return torch.where(total != 0, w / torch.where(total != 0, total, 1), 0).to(dtype)
 
 
@@ -203,7 +219,7 @@ def _aa_matrices(in_hw, out_hw, align_corners, scales_h, scales_w, like):
 @decomposition(aten._upsample_bilinear2d_aa.default)
 def _upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
     wh, ww = _aa_matrices(x.shape[-2:], output_size, align_corners, scales_h, scales_w, x)
-    return torch.matmul(torch.matmul(wh, x), ww.mT)
+    return torch.matmul(torch.matmul(wh, x), ww.mT)     # the CPU resizes H, then W
 
 
 @decomposition(aten._upsample_bilinear2d_aa_backward.default)
