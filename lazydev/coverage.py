@@ -59,12 +59,6 @@ KNOWN_FAILURES = {
     "resize_": _GROW,
     "stft": "wrong gradient: the complex backward writes through view_as_real, which wse runs "
             "on the CPU as a copy instead of an alias",
-    "native_batch_norm": "eval mode: the decomposition returns save_mean/save_invstd of shape "
-                         "[C]; the CPU kernel returns empty tensors",
-    "nn.functional.adaptive_max_pool1d": "aten.adaptive_max_pool2d: its wse handler returns "
-                                         "NotImplemented; not fixed yet",
-    "nn.functional.adaptive_max_pool2d": "aten.adaptive_max_pool2d: its wse handler returns "
-                                         "NotImplemented; not fixed yet",
     "tensor_split": "the sample's index tensor must stay on the CPU, but the harness moves "
                     "every tensor to wse",
 }

@@ -203,12 +203,15 @@ def decomposed_op(func, args, kwargs):
     if _complex(args) or _complex(kwargs.values()) or _complex_out(func, args, kwargs):
         return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     own = DECOMPOSITIONS.get(func)
-    if own is None:
-        return decomposition_table[func](*args, **kwargs)
-    try:
-        return own(*args, **kwargs)
-    except Unsupported as e:
-        return fallback_op(func, args, kwargs, why=str(e))
+    if own is not None:
+        try:
+            return own(*args, **kwargs)
+        except Unsupported as e:
+            return fallback_op(func, args, kwargs, why=str(e))
+    out = decomposition_table[func](*args, **kwargs)
+    if out is NotImplemented:       # the decomposition does not cover these arguments
+        return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
+    return out
 
 
 def _complex_out(func, args, kwargs) -> bool:

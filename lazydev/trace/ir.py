@@ -56,6 +56,8 @@ class Op(IntEnum):
     ARGMAX = 124; ARGMIN = 125                      # arg = axis
     ANY = 126; ALL = 127
     CUMSUM = 128                                    # arg = axis; scan, output same shape
+    SEQSUM = 129    # arg = reduced axes; accumulates in the output dtype in index order, as
+                    # PyTorch's scalar CPU kernels do (SUM accumulates floats in double)
     CUMPROD = 136; LOGCUMSUMEXP = 137               # arg = axis; scans like CUMSUM
     # materialising kernels
     SCATTER_STRIDED = 140   # arg = (size, stride, offset); src = (base, value): as_strided_scatter

@@ -164,10 +164,21 @@ def _layer_norm_backward(spec, grad, x, normalized_shape, mean, rstd, weight, bi
         inner = _bin(Op.SUB, _bin(Op.SUB, g, m1), _bin(Op.MUL, xhat, m2))
         outs[0] = _bin(Op.MUL, inner, rstd)
     if mask[1] and weight is not None:
-        outs[1] = cast(reduce(Op.SUM, _bin(Op.MUL, grad, xhat), batch, False, dt), weight.dtype)
+        xh = _fma_xhat(x, mean, rstd) if dt == torch.float32 else xhat
+        outs[1] = cast(reduce(Op.SUM, _bin(Op.MUL, grad, xh), batch, False, dt), weight.dtype)
     if mask[2] and bias is not None:
         outs[2] = cast(reduce(Op.SUM, grad, batch, False, dt), bias.dtype)
     return tuple(outs)
+
+
+def _fma_xhat(x: Node, mean: Node, rstd: Node) -> Node:
+    """x_hat as the CPU kernel computes it for the weight gradient: fma(rstd, x, -(rstd*mean))
+    with the product rstd*mean rounded to float32 first. (x - mean) * rstd rounds differently;
+    where x == mean (a normalised dim of size 1) the two differ by rstd's rounding error,
+    ~1e-5 for the default eps, which the weight gradient then shows."""
+    f64 = torch.float64
+    b = cast(_un(Op.NEG, _bin(Op.MUL, rstd, mean)), f64)
+    return cast(_bin(Op.ADD, _bin(Op.MUL, cast(rstd, f64), cast(x, f64)), b), torch.float32)
 
 
 _SQRT1_2 = math.sqrt(0.5)
