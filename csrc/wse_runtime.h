@@ -47,6 +47,8 @@ typedef void (*wse_dgemm_fn)(int order, int ta, int tb, int M, int N, int K,
                              const double* B, int ldb, double beta, double* C, int ldc);
 void wse_kernels_set_blas(wse_sgemm_fn sgemm, wse_dgemm_fn dgemm);
 extern const wse_lib_t wse_kernels_lib;
+void wse_argsort(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
+                 int descending, int64_t* idx);   /* wse_sort.c */
 
 #ifdef __cplusplus
 }

@@ -149,10 +149,14 @@ def _copy_base(e: Emitter, n: Node, base: Node) -> None:
         _store(e, n, "i", e.load(base, Idx(base.shape, flat="i")))
 
 
-def _write(e: Emitter, n: Node, flat: str, value: str, accumulate: bool) -> None:
-    if accumulate:
+# SCATTER's reduce argument -> the binary op that folds a value into the element it hits.
+SCATTER_REDUCE = {None: None, "add": Op.ADD, "mul": Op.MUL, "max": Op.MAX, "min": Op.MIN}
+
+
+def _write(e: Emitter, n: Node, flat: str, value: str, combine: Op | None) -> None:
+    if combine is not None:
         cur = cexpr.load_expr(n.dtype, f"{e.ptr(n)}[{flat}]")
-        value = cexpr.binary(Op.ADD, n.dtype, cur, value)
+        value = cexpr.binary(combine, n.dtype, cur, value)
     _store(e, n, flat, value)
 
 
@@ -180,7 +184,7 @@ def index_put(e: Emitter, n: Node) -> None:
         vi = Idx(v.shape, flat="j")
         dims = index_nd_dims(e, x, indices, (first, count, ind_nd, front), vi)
         target = e.flat(Idx(x.shape, dims=dims))
-        _write(e, n, target, e.load(v, vi), accumulate)
+        _write(e, n, target, e.load(v, vi), Op.ADD if accumulate else None)
 
 
 def scatter(e: Emitter, n: Node) -> None:
@@ -192,7 +196,7 @@ def scatter(e: Emitter, n: Node) -> None:
         dims = [e.dim(ii, k) for k in range(len(index.shape))]
         i = e.checked_index(e.load(index, ii), x.shape[dim])
         target = e.flat(Idx(x.shape, dims=[i if k == dim else d for k, d in enumerate(dims)]))
-        _write(e, n, target, e.load(value, Idx(value.shape, dims=dims)), reduce == "add")
+        _write(e, n, target, e.load(value, Idx(value.shape, dims=dims)), SCATTER_REDUCE[reduce])
 
 
 def _gemm_operand(e: Emitter, s: Node):
@@ -257,3 +261,6 @@ def emit_kernel(name: str, n: Node, ptrs: dict, realized: set) -> str:
     lines += body.lines
     lines += ["  return err;", "}", ""]
     return "\n".join(lines)
+
+
+from . import kernels_sort  # noqa: E402,F401  (registers the sort/search/scan row templates)

@@ -68,7 +68,8 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "_lazydev_wse",
     SOURCE,
-    sources=[os.path.join(_CSRC, "wse_runtime.c"), os.path.join(_CSRC, "wse_kernels.c")],
+    sources=[os.path.join(_CSRC, "wse_runtime.c"), os.path.join(_CSRC, "wse_kernels.c"),
+             os.path.join(_CSRC, "wse_sort.c")],
     include_dirs=[_CSRC],
     depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h")],
     extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=gnu11"],

@@ -1,0 +1,83 @@
+"""Row kernel templates for sorting, searching and arg-scans (trace/lower_sort.py).
+
+Each computes int64 positions along one axis; the values they select are read afterwards with
+GATHER nodes, so one kernel serves sort values and indices, topk, cummax values and indices.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..trace.ir import Node, Op
+from . import cexpr
+from .codegen import Emitter, Idx
+from .kernels import TEMPLATES, _omp, _store
+
+# dtype codes of lib->argsort (the WSE_DT_* enum in csrc/wse_prefix.h)
+DTYPE_CODE = {
+    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4,
+    torch.int32: 5, torch.int16: 6, torch.int8: 7, torch.uint8: 8, torch.bool: 9,
+}
+
+
+def _split(shape, axis):
+    """(outer, size, inner) of a row-major shape around `axis`."""
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
+def sort_rows(e: Emitter, n: Node) -> None:
+    """The stable sort in csrc/wse_sort.c; the source is a buffer (SORT is in LIBRARY)."""
+    x = n.src[0]
+    axis, descending = n.arg
+    outer, size, inner = _split(x.shape, axis)
+    if n.numel:
+        e.b.line(f"lib->argsort({e.ptr(x)}, {DTYPE_CODE[x.dtype]}, {outer}, {size}, {inner}, "
+                 f"{int(descending)}, {e.ptr(n)});")
+
+
+def searchsorted(e: Emitter, n: Node) -> None:
+    """Binary search of every value in its row, with ATen's comparisons (cus_lower_bound /
+    cus_upper_bound), so NaNs in a row steer the search exactly as on the CPU."""
+    seq, values = n.src
+    size, batched = seq.shape[-1], len(seq.shape) > 1
+    width = values.shape[-1] if values.shape else 1
+    test = "(mid_val > val)" if n.arg else "(mid_val >= val)"
+    b = e.b
+    _omp(b, n.numel * max(1, size.bit_length()))
+    with b.block(f"for (int64_t i = 0; i < {n.numel}; i++)"):
+        val = e.load(values, Idx(values.shape, flat="i"))
+        b.line(f"const {cexpr.vtype(seq.dtype)} val = {val};")
+        b.line(f"int64_t lo = 0, hi = {size};")
+        with b.block("while (lo < hi)"):
+            b.line("const int64_t mid = lo + ((hi - lo) >> 1);")
+            row = ["(i / %d)" % width] if batched else []
+            mid_val = e.load(seq, Idx(seq.shape, dims=row + ["mid"]))
+            b.line(f"const {cexpr.vtype(seq.dtype)} mid_val = {mid_val};")
+            b.line(f"if (!{test}) lo = mid + 1; else hi = mid;")
+        _store(e, n, "i", "lo")
+
+
+def cumarg(e: Emitter, n: Node) -> None:
+    """Index of the running max (min) along the axis, with ATen's cummax_cummin_helper rule: a
+    NaN always takes over, ties move to the later index."""
+    x, (axis, is_max) = n.src[0], n.arg
+    outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
+    size, b = n.shape[axis], e.b
+    isf = x.dtype.is_floating_point
+    cmp = ">=" if is_max else "<="
+    _omp(b, n.numel)
+    with b.block(f"for (int64_t o = 0; o < {math.prod(outer_shape)}; o++)"):
+        oi = Idx(outer_shape, flat="o")
+        outer = [e.dim(oi, k) for k in range(len(outer_shape))]
+        b.line(f"{cexpr.vtype(x.dtype)} best = 0; int64_t bi = 0;")
+        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
+            dims = outer[:axis] + ["r"] + outer[axis:]
+            v = e.load(x, Idx(x.shape, dims=dims))
+            take = f"r == 0 || {v} != {v} || (best == best && {v} {cmp} best)" if isf \
+                else f"r == 0 || {v} {cmp} best"
+            b.line(f"if ({take}) {{ best = {v}; bi = r; }}")
+            _store(e, n, e.flat(Idx(n.shape, dims=dims)), "bi")
+
+
+TEMPLATES.update({Op.SORT: sort_rows, Op.SEARCHSORTED: searchsorted, Op.CUMARG: cumarg})

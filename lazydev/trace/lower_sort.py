@@ -1,0 +1,279 @@
+"""Lowerings of sorting, selection and scatter-with-reduce ops, through a few primitives.
+
+Note [Sorting primitives]
+SORT gives the stable sorting permutation of every row (NaN largest, as PyTorch's CPU sort);
+the values are a GATHER of the input with it. sort, topk, kthvalue, median, nanmedian and mode
+are all a SORT and a selection of positions from it; msort, argsort and quantile are
+CompositeImplicit ops that reach sort. SEARCHSORTED is a binary search per value, CUMARG the
+index of the running max/min (cummax/cummin values are a GATHER with it). Ties: PyTorch's
+non-stable CPU sort, topk, kthvalue and mode do not promise which of equal elements comes first;
+these lowerings always answer with the stable order.
+
+Every scatter with a reduction (scatter_reduce, index_reduce, put, histc, segment_reduce,
+embedding_bag) is one SCATTER node whose reduce folds each value into the element it hits
+(add, mul, max, min); `mean` is a sum divided by a scattered count, and include_self=False
+first scatters the reduction's identity onto the elements hit.
+"""
+from __future__ import annotations
+
+import torch
+
+from .build import Unsupported, as_node, cast, const, contiguous_strides, ew, expand, full
+from .build import reduce, reshape
+from .ir import Node, Op
+from .lower import _promoted, register, scatter
+
+aten = torch.ops.aten
+i64 = torch.int64
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def _axis(x: Node, dim: int) -> int:
+    return dim % len(x.shape) if x.shape else 0
+
+
+def argsort_rows(x: Node, axis: int, descending: bool = False) -> Node:
+    return Node(Op.SORT, i64, x.shape, (x,), (axis, bool(descending)))
+
+
+def take(x: Node, index: Node, axis: int) -> Node:
+    """torch.gather(x, axis, index): the values at positions `index` along `axis`."""
+    return Node(Op.GATHER, x.dtype, index.shape, (x, index), axis)
+
+
+def narrow(x: Node, axis: int, start: int, length: int) -> Node:
+    """x.narrow(axis, start, length), as a strided read of the flat value."""
+    shape = x.shape[:axis] + (length,) + x.shape[axis + 1:]
+    strides = contiguous_strides(x.shape)
+    flat = reshape(x, (x.numel,))
+    return Node(Op.AS_STRIDED, x.dtype, shape, (flat,), (strides, start * strides[axis]))
+
+
+def _bin(op: Op, a: Node, b: Node, dtype=None) -> Node:
+    shape = tuple(torch.broadcast_shapes(a.shape, b.shape))
+    return ew(op, dtype or a.dtype, shape, a, b)
+
+
+def _position(x: Node, axis: int) -> Node:
+    return Node(Op.INDEX, i64, x.shape, (), axis)
+
+
+def _selected(spec, x: Node, index: Node, axis: int):
+    """(values, indices) of a selection along `axis` (index keeps the axis as size 1)."""
+    values = take(x, index, axis)
+    return reshape(values, spec[0].shape), reshape(index, spec[1].shape)
+
+
+def _scalar_pair(x: Node):
+    """(values, indices) of a selection from a 0-dim input: the element itself, index 0."""
+    return x, const(0, i64)
+
+
+# ---- sort and selections from it --------------------------------------------------------------
+
+@register(aten.sort.default)
+def _sort(spec, x, dim=-1, descending=False):
+    if not x.shape:
+        return _scalar_pair(x)
+    axis = _axis(x, dim)
+    idx = argsort_rows(x, axis, descending)
+    return take(x, idx, axis), idx
+
+
+@register(aten.sort.stable)
+def _sort_stable(spec, x, *, stable=None, dim=-1, descending=False):
+    return _sort(spec, x, dim, descending)
+
+
+@register(aten.topk.default)
+def _topk(spec, x, k, dim=-1, largest=True, sorted=True):
+    if not x.shape:
+        return _scalar_pair(x)      # k is 1 (the meta kernel checked it)
+    axis = _axis(x, dim)
+    idx = narrow(argsort_rows(x, axis, largest), axis, 0, k)
+    return take(x, idx, axis), idx
+
+
+@register(aten.kthvalue.default)
+def _kthvalue(spec, x, k, dim=-1, keepdim=False):
+    if not x.shape:
+        return _scalar_pair(x)
+    axis = _axis(x, dim)
+    return _selected(spec, x, narrow(argsort_rows(x, axis), axis, k - 1, 1), axis)
+
+
+def _median_index(x: Node, axis: int, ignore_nan: bool) -> Node:
+    """Position along `axis` of the lower median (kept as a size-1 axis). As ATen's
+    median_with_indices_impl: median returns the first NaN of a row that has one; nanmedian
+    takes the median of the non-NaN values (NaN sorts last)."""
+    n = x.shape[axis]
+    order = argsort_rows(x, axis)
+    if not x.dtype.is_floating_point:
+        return narrow(order, axis, (n - 1) // 2, 1)
+    nan = Node(Op.ISNAN, torch.bool, x.shape, (x,))
+    if ignore_nan:
+        count = reduce(Op.SUM, cast(nan, i64), (axis,), True, i64)
+        pos = _bin(Op.FLOORDIV, _bin(Op.SUB, as_node(n - 1, i64), count), as_node(2, i64))
+        pos = _bin(Op.MAX, pos, as_node(0, i64))     # an all-NaN row: ATen's (-1) / 2 == 0
+        return take(order, pos, axis)
+    kept = tuple(1 if i == axis else d for i, d in enumerate(x.shape))
+    any_nan = reduce(Op.ANY, nan, (axis,), True, torch.bool)
+    first_nan = Node(Op.ARGMAX, i64, kept, (nan,), axis)
+    return ew(Op.WHERE, i64, kept, any_nan, first_nan, narrow(order, axis, (n - 1) // 2, 1))
+
+
+def _median_dim(ignore_nan: bool):
+    def lower(spec, x, dim=-1, keepdim=False):
+        if not x.shape:
+            return _scalar_pair(x)
+        axis = _axis(x, dim)
+        return _selected(spec, x, _median_index(x, axis, ignore_nan), axis)
+    return lower
+
+
+def _median_all(ignore_nan: bool):
+    def lower(spec, x):
+        if x.numel == 0:
+            return full(float("nan"), spec.dtype, ())
+        flat = reshape(x, (x.numel,))
+        return reshape(take(flat, _median_index(flat, 0, ignore_nan), 0), ())
+    return lower
+
+
+register(aten.median.dim)(_median_dim(False))
+register(aten.nanmedian.dim)(_median_dim(True))
+register(aten.median.default)(_median_all(False))
+register(aten.nanmedian.default)(_median_all(True))
+
+
+@register(aten.mode.default)
+def _mode(spec, x, dim=-1, keepdim=False):
+    """The smallest of the most frequent values, and the last index where it occurs (ATen sorts
+    each row and keeps the first longest run of equal values)."""
+    if not x.shape:
+        return _scalar_pair(x)
+    axis = _axis(x, dim)
+    n = x.shape[axis]
+    order = argsort_rows(x, axis)
+    s = take(x, order, axis)
+    pos = _position(s, axis)
+    if n == 1:
+        return _selected(spec, x, order, axis)
+    def shifted(start, lo, hi):     # s moved by one along the axis, padded at one end
+        pads = tuple((lo, hi) if i == axis else (0, 0) for i in range(len(s.shape)))
+        part = narrow(s, axis, start, n - 1)
+        return Node(Op.PAD, s.dtype, s.shape, (part, as_node(0, s.dtype)), pads)
+    first = _bin(Op.OR, _bin(Op.EQ, pos, as_node(0, i64), torch.bool),
+                 _bin(Op.NE, s, shifted(0, 1, 0), torch.bool))
+    last = _bin(Op.OR, _bin(Op.EQ, pos, as_node(n - 1, i64), torch.bool),
+                _bin(Op.NE, s, shifted(1, 0, 1), torch.bool))
+    starts = ew(Op.WHERE, i64, s.shape, first, pos, as_node(0, i64))
+    run_start = take(starts, Node(Op.CUMARG, i64, s.shape, (starts,), (axis, True)), axis)
+    length = _bin(Op.ADD, _bin(Op.SUB, pos, run_start), as_node(1, i64))
+    score = ew(Op.WHERE, i64, s.shape, last, length, as_node(0, i64))
+    kept = tuple(1 if i == axis else d for i, d in enumerate(s.shape))
+    best = Node(Op.ARGMAX, i64, kept, (score,), axis)
+    return _selected(spec, x, take(order, best, axis), axis)
+
+
+# ---- searchsorted and scans -------------------------------------------------------------------
+
+@register(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def _searchsorted(spec, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    right = bool(right) or side == "right"
+    dt = _promoted(seq, values)
+    seq, values = cast(seq, dt), as_node(values, dt)
+    if sorter is not None:
+        seq = take(seq, sorter, len(seq.shape) - 1)
+    if values.numel == 0 or seq.shape[-1] == 0:
+        return full(0, spec.dtype, spec.shape)
+    out = Node(Op.SEARCHSORTED, i64, values.shape, (seq, values), right)
+    return cast(out, spec.dtype)
+
+
+def _cumext(is_max: bool):
+    def lower(spec, x, dim):
+        if not x.shape:
+            return _scalar_pair(x)
+        axis = _axis(x, dim)
+        idx = Node(Op.CUMARG, i64, x.shape, (x,), (axis, is_max))
+        return take(x, idx, axis), idx
+    return lower
+
+
+register(aten.cummax.default)(_cumext(True))
+register(aten.cummin.default)(_cumext(False))
+
+
+# ---- scatter with a reduction -----------------------------------------------------------------
+
+_REDUCE_OP = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def _identity(reduction: str, dtype) -> Node:
+    """The value a reduction starts from (what include_self=False puts under the scatter)."""
+    if reduction in ("sum", "mean"):
+        return as_node(0, dtype)
+    if reduction == "prod":
+        return as_node(1, dtype)
+    if dtype.is_floating_point:
+        return as_node(float("-inf") if reduction == "amax" else float("inf"), dtype)
+    if dtype is torch.bool:
+        return as_node(reduction == "amin", dtype)
+    info = torch.iinfo(dtype)
+    return as_node(info.min if reduction == "amax" else info.max, dtype)
+
+
+def scatter_reduce(x: Node, dim: int, index: Node, src: Node, reduction: str,
+                   include_self: bool = True) -> Node:
+    """torch.scatter_reduce(x, dim, index, src, reduction, include_self=...)."""
+    if reduction not in _REDUCE_OP:
+        raise ValueError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
+                         f"{reduction}")
+    dt = x.dtype
+    src = cast(src, dt)
+    base = x
+    if not include_self:
+        base = scatter(x, dim, index, expand(_identity(reduction, dt), index.shape))
+    out = scatter(base, dim, index, src, _REDUCE_OP[reduction])
+    if reduction != "mean":
+        return out
+    count = scatter(full(int(include_self), dt, x.shape), dim, index,
+                    full(1, dt, index.shape), "add")
+    count = _bin(Op.MAX, count, as_node(1, dt))
+    return _bin(Op.DIV if dt.is_floating_point else Op.FLOORDIV, out, count)
+
+
+@register(aten.scatter_reduce.two)
+def _scatter_reduce(spec, x, dim, index, src, reduce, *, include_self=True):
+    return scatter_reduce(cast(x, spec.dtype), dim, index, src, reduce, include_self)
+
+
+@register(aten.index_reduce.default)
+def _index_reduce(spec, x, dim, index, source, reduce, *, include_self=True):
+    """index_reduce is scatter_reduce with the 1-d index spread along `dim` of `source`."""
+    if not source.shape:
+        source = reshape(source, (1,))
+    axis = _axis(source, dim)
+    along = tuple(-1 if i == axis else 1 for i in range(len(source.shape)))
+    idx = expand(reshape(index, tuple(index.numel if d == -1 else 1 for d in along)),
+                 source.shape)
+    if not x.shape:
+        return reshape(scatter_reduce(reshape(x, (1,)), 0, idx, source, reduce, include_self), ())
+    return scatter_reduce(cast(x, spec.dtype), axis, idx, source, reduce, include_self)
+
+
+@register(aten.put.default)
+def _put(spec, x, index, source, accumulate=False):
+    flat = reshape(x, (x.numel,))
+    k = (index.numel,)
+    out = scatter(flat, 0, reshape(index, k), reshape(cast(source, x.dtype), k),
+                  "add" if accumulate else None)
+    return reshape(out, spec.shape)
+
+
+@register(aten.take.default)
+def _take(spec, x, index):
+    flat = reshape(x, (x.numel,))
+    return reshape(take(flat, reshape(index, (index.numel,)), 0), spec.shape)
