@@ -51,8 +51,8 @@ def searchsorted(e: Emitter, n: Node) -> None:
         b.line(f"int64_t lo = 0, hi = {size};")
         with b.block("while (lo < hi)"):
             b.line("const int64_t mid = lo + ((hi - lo) >> 1);")
-            row = ["(i / %d)" % width] if batched else []
-            mid_val = e.load(seq, Idx(seq.shape, dims=row + ["mid"]))
+            flat = f"(i / {width}) * {size} + mid" if batched else "mid"
+            mid_val = e.load(seq, Idx(seq.shape, flat=flat))
             b.line(f"const {cexpr.vtype(seq.dtype)} mid_val = {mid_val};")
             b.line(f"if (!{test}) lo = mid + 1; else hi = mid;")
         _store(e, n, "i", "lo")
