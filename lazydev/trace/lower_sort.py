@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .build import Unsupported, as_node, cast, const, contiguous_strides, ew, expand, full
+from .build import as_node, cast, const, contiguous_strides, ew, expand, full
 from .build import reduce, reshape
 from .ir import Node, Op
 from .lower import _promoted, register, scatter
@@ -277,3 +277,64 @@ def _put(spec, x, index, source, accumulate=False):
 def _take(spec, x, index):
     flat = reshape(x, (x.numel,))
     return reshape(take(flat, reshape(index, (index.numel,)), 0), spec.shape)
+
+
+# ---- data-dependent sizes (tensor/special_sort.py finds the size with a sync first) ------------
+
+def nonzero(x: Node, count: int) -> Node:
+    """torch.nonzero(x), given its number of nonzero elements: element j goes to row
+    cumsum(mask)[j] - 1 (its rank among the nonzeros); zeros go to a dummy row."""
+    nd, n = len(x.shape), x.numel
+    if nd == 0 or n == 0:
+        return full(0, i64, (count, nd))
+    mask = reshape(ew(Op.NE, torch.bool, x.shape, x, as_node(0, x.dtype)), (n,))
+    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (n,), (cast(mask, i64),), 0), as_node(1, i64))
+    target = ew(Op.WHERE, i64, (n,), mask, rank, as_node(count, i64))
+    coords = tuple(reshape(Node(Op.INDEX, i64, x.shape, (), k), (n, 1)) for k in range(nd))
+    coords = coords[0] if nd == 1 else Node(Op.CAT, i64, (n, nd), coords, 1)
+    where = expand(reshape(target, (n, 1)), (n, nd))
+    return narrow(scatter(full(0, i64, (count + 1, nd)), 0, where, coords), 0, 0, count)
+
+
+def sorted_runs(x: Node):
+    """(sorted flat x, its permutation, first-of-a-run flags): what torch.unique reads. NaNs
+    never equal each other, so each is its own run, as on the CPU."""
+    n = x.numel
+    flat = reshape(x, (n,))
+    order = argsort_rows(flat, 0)
+    s = take(flat, order, 0)
+    if n < 2:
+        return s, order, full(True, torch.bool, (n,))
+    prev = Node(Op.PAD, s.dtype, (n,), (narrow(s, 0, 0, n - 1), as_node(0, s.dtype)), ((1, 0),))
+    first = _bin(Op.OR, _bin(Op.EQ, _position(s, 0), as_node(0, i64), torch.bool),
+                 _bin(Op.NE, s, prev, torch.bool))
+    return s, order, first
+
+
+def unique(s: Node, order: Node, first: Node, count: int, shape: tuple):
+    """(values, inverse [shape], counts) of torch.unique(sorted=True) from sorted_runs and the
+    number of runs."""
+    n = s.numel
+    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (n,), (cast(first, i64),), 0), as_node(1, i64))
+    values = scatter(full(0, s.dtype, (count,)), 0, rank, s)
+    inverse = reshape(scatter(full(0, i64, (n,)), 0, order, rank), shape)
+    counts = scatter(full(0, i64, (count,)), 0, rank, full(1, i64, (n,)), "add")
+    return values, inverse, counts
+
+
+def masked_put(x: Node, first: int, mask: Node, values: Node, accumulate: bool) -> Node:
+    """x.index_put_((None,) * first + (mask,), values) when values do not vary along the masked
+    elements (their dim for the masked elements is 1 or absent): a WHERE, no sync."""
+    k = len(mask.shape)
+    rest = x.shape[first + k:]
+    region = x.shape[:first] + (1,) + rest
+    v = expand(cast(values, x.dtype), region)
+    v = expand(reshape(v, x.shape[:first] + (1,) * k + rest), x.shape)
+    m = expand(reshape(cast(mask, torch.bool), (1,) * first + mask.shape + (1,) * len(rest)),
+               x.shape)
+    if accumulate:
+        v = ew(Op.ADD, x.dtype, x.shape, x, v)
+    return ew(Op.WHERE, x.dtype, x.shape, m, v, x)
+
+
+from . import lower_segment  # noqa: E402,F401  (segment, bag and histc lowerings built on these)
