@@ -251,6 +251,8 @@ def _embedding_bag(spec, weight, indices, offsets, scale_grad_by_freq=False, mod
         if mode == _MEAN:
             size = expand(reshape(cast(bags.size, dt), (bags.bags, 1)), out.shape)
             out = _bin(Op.DIV, out, _bin(Op.MAX, size, _k(1, dt)))
+    # The meta kernel's shapes of the auxiliary outputs differ from the CPU kernel's (and
+    # between modes); they are filled where they fit, and the backward recomputes bags.
     offset2bag, bag_size, max_indices = (full(0, s.dtype, s.shape) for s in spec[1:])
     if spec[1].shape == (bags.n,):
         offset2bag = bags.bag
@@ -270,11 +272,11 @@ def _embedding_bag_backward(spec, grad, indices, offsets, offset2bag, bag_size,
     dt, (b, d) = spec.dtype, grad.shape
     grad = cast(grad, dt)
     zeros = full(0, dt, (num_weights, d))
+    bags = _Bags(indices, offsets, b, padding_idx)     # sizes recounted: see _embedding_bag
     if mode == _MAX:
-        size = expand(reshape(cast(bag_size, i64), (b, 1)), (b, d))
+        size = expand(reshape(bags.size, (b, 1)), (b, d))
         g = _where(_bin(Op.GT, size, _k(0, i64), torch.bool), grad, _k(0, dt))
         return scatter(zeros, 0, cast(maximum_indices, i64), g, "add")
-    bags = _Bags(indices, offsets, b, padding_idx)
     g = bags.pick(grad)
     if per_sample_weights is not None:
         g = _bin(Op.MUL, g, bags.column(cast(per_sample_weights, dt), d))
