@@ -43,31 +43,38 @@ def _nonzero(func, args, kwargs):
     return from_node(lower_sort.nonzero(value(args[0]), count))   # nodes of the new trace
 
 
-def _unique_parts(x: WseTensor, reason: str):
-    s, order, first = (from_node(n) for n in lower_sort.sorted_runs(value(x)))
-    count = _count(value(first), reason) if x.numel() else 0
-    return lower_sort.unique(value(s), value(order), value(first), count, tuple(x.shape))
+@special(aten.masked_select.default)
+def _masked_select(func, args, kwargs):
+    x, mask = args[0], args[1]
+    if not isinstance(mask, WseTensor):
+        return fallback_op(func, args, kwargs, why="masked_select with a CPU mask")
+    shape = tuple(torch.broadcast_shapes(x.shape, mask.shape))
+    count = _count(build.expand(value(mask), shape), "masked_select")
+    xs, ms = (build.expand(value(t), shape) for t in (x, mask))
+    return from_node(lower_sort.compact(build.reshape(xs, (xs.numel,)), ms, count))
 
 
-@special(aten._unique.default)
-def _unique(func, args, kwargs):
-    x, _, return_inverse = (list(args) + [True, kwargs.get("return_inverse", False)])[:3]
-    values, inverse, _ = _unique_parts(x, "unique")
-    if not return_inverse:
-        inverse = build.full(0, i64, (0,))
-    return from_node(values), from_node(inverse)
+def _unique(names: tuple, sort: bool = True):
+    """Handler of one unique overload: `names` are its arguments after self, in order."""
+    def handler(func, args, kwargs):
+        x, flags = args[0], dict(zip(names, args[1:]), **kwargs)
+        if flags.get("dim") is not None:
+            return fallback_op(func, args, kwargs, why="unique along a dim")
+        s, order, first = (from_node(n) for n in lower_sort.sorted_runs(value(x), sort))
+        count = _count(value(first), "unique") if x.numel() else 0
+        values, inverse, counts = lower_sort.unique(value(s), value(order), value(first),
+                                                    count, tuple(x.shape))
+        empty = build.full(0, i64, (0,))
+        out = [values, inverse if flags.get("return_inverse") else empty,
+               counts if flags.get("return_counts") else empty]
+        return tuple(from_node(n) for n in out[:len(func._schema.returns)])
+    return handler
 
 
-@special(aten._unique2.default)
-def _unique2(func, args, kwargs):
-    x = args[0]
-    flags = dict(zip(("sorted", "return_inverse", "return_counts"), args[1:]), **kwargs)
-    values, inverse, counts = _unique_parts(x, "unique")
-    if not flags.get("return_inverse", False):
-        inverse = build.full(0, i64, (0,))
-    if not flags.get("return_counts", False):
-        counts = build.full(0, i64, (0,))
-    return from_node(values), from_node(inverse), from_node(counts)
+special(aten._unique.default)(_unique(("sorted", "return_inverse")))
+special(aten._unique2.default)(_unique(("sorted", "return_inverse", "return_counts")))
+special(aten.unique_consecutive.default)(
+    _unique(("return_inverse", "return_counts", "dim"), sort=False))
 
 
 # ---- boolean-mask indexing --------------------------------------------------------------------

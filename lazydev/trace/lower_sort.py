@@ -16,6 +16,8 @@ first scatters the reduction's identity onto the elements hit.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .build import as_node, cast, const, contiguous_strides, ew, expand, full
@@ -281,28 +283,67 @@ def _take(spec, x, index):
 
 # ---- data-dependent sizes (tensor/special_sort.py finds the size with a sync first) ------------
 
-def nonzero(x: Node, count: int) -> Node:
-    """torch.nonzero(x), given its number of nonzero elements: element j goes to row
-    cumsum(mask)[j] - 1 (its rank among the nonzeros); zeros go to a dummy row."""
+def compact(rows: Node, mask: Node, size: int, fill=0) -> Node:
+    """The rows (values [n] or rows [n, w]) where the flat `mask` [n] is set, in order, as
+    `size` rows: element j goes to row cumsum(mask)[j] - 1; rows past `size` and unset rows go
+    to a dummy row that is dropped, rows nothing goes to hold `fill`."""
+    n = mask.numel
+    mask = reshape(cast(mask, torch.bool), (n,))
+    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (n,), (cast(mask, i64),), 0), as_node(1, i64))
+    keep = _bin(Op.AND, mask, _bin(Op.LT, rank, as_node(size, i64), torch.bool))
+    target = ew(Op.WHERE, i64, (n,), keep, rank, as_node(size, i64))
+    if len(rows.shape) == 2:
+        target = expand(reshape(target, (n, 1)), rows.shape)
+    base = full(fill, rows.dtype, (size + 1,) + rows.shape[1:])
+    return narrow(scatter(base, 0, target, rows), 0, 0, size)
+
+
+def nonzero(x: Node, size: int, fill=0) -> Node:
+    """torch.nonzero(x) given its number of nonzero elements (or nonzero_static's size)."""
     nd, n = len(x.shape), x.numel
     if nd == 0 or n == 0:
-        return full(0, i64, (count, nd))
-    mask = reshape(ew(Op.NE, torch.bool, x.shape, x, as_node(0, x.dtype)), (n,))
-    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (n,), (cast(mask, i64),), 0), as_node(1, i64))
-    target = ew(Op.WHERE, i64, (n,), mask, rank, as_node(count, i64))
+        return full(fill, i64, (size, nd))
+    mask = ew(Op.NE, torch.bool, x.shape, x, as_node(0, x.dtype))
     coords = tuple(reshape(Node(Op.INDEX, i64, x.shape, (), k), (n, 1)) for k in range(nd))
     coords = coords[0] if nd == 1 else Node(Op.CAT, i64, (n, nd), coords, 1)
-    where = expand(reshape(target, (n, 1)), (n, nd))
-    return narrow(scatter(full(0, i64, (count + 1, nd)), 0, where, coords), 0, 0, count)
+    return compact(coords, mask, size, fill)
 
 
-def sorted_runs(x: Node):
-    """(sorted flat x, its permutation, first-of-a-run flags): what torch.unique reads. NaNs
-    never equal each other, so each is its own run, as on the CPU."""
+@register(aten.nonzero_static.default)
+def _nonzero_static(spec, x, *, size, fill_value=-1):
+    return nonzero(x, size, fill_value)
+
+
+@register(aten.masked_scatter.default)
+def _masked_scatter(spec, x, mask, source):
+    """The k-th set element of the mask takes the k-th element of source (no sync: a GATHER
+    at each element's rank among the set ones)."""
+    x, mask = expand(cast(x, spec.dtype), spec.shape), expand(mask, spec.shape)
+    if source.numel == 0:
+        return x
+    n = x.numel
+    flat = reshape(mask, (n,))
+    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (n,), (cast(flat, i64),), 0), as_node(1, i64))
+    rank = ew(Op.WHERE, i64, (n,), flat, rank, as_node(0, i64))
+    picked = take(reshape(cast(source, spec.dtype), (source.numel,)), rank, 0)
+    return ew(Op.WHERE, spec.dtype, spec.shape, mask, reshape(picked, spec.shape), x)
+
+
+@register(aten.masked_scatter_backward.default)
+def _masked_scatter_backward(spec, grad, mask, sizes):
+    n = grad.numel
+    out = compact(reshape(grad, (n,)), expand(mask, grad.shape), math.prod(spec.shape))
+    return reshape(out, spec.shape)
+
+
+def sorted_runs(x: Node, sort: bool = True):
+    """(flat x sorted -- or as it is for unique_consecutive --, the permutation, first-of-a-run
+    flags): what torch.unique reads. NaNs never equal each other, so each is its own run, as on
+    the CPU."""
     n = x.numel
     flat = reshape(x, (n,))
-    order = argsort_rows(flat, 0)
-    s = take(flat, order, 0)
+    order = argsort_rows(flat, 0) if sort else Node(Op.INDEX, i64, (n,), (), 0)
+    s = take(flat, order, 0) if sort else flat
     if n < 2:
         return s, order, full(True, torch.bool, (n,))
     prev = Node(Op.PAD, s.dtype, (n,), (narrow(s, 0, 0, n - 1), as_node(0, s.dtype)), ((1, 0),))
