@@ -58,12 +58,13 @@ def _unique(names: tuple, sort: bool = True):
     """Handler of one unique overload: `names` are its arguments after self, in order."""
     def handler(func, args, kwargs):
         x, flags = args[0], dict(zip(names, args[1:]), **kwargs)
-        if flags.get("dim") is not None:
-            return fallback_op(func, args, kwargs, why="unique along a dim")
-        s, order, first = (from_node(n) for n in lower_sort.sorted_runs(value(x), sort))
-        count = _count(value(first), "unique") if x.numel() else 0
+        dim = flags.get("dim")
+        if dim is not None and x.numel() == 0 and x.dim() and x.shape[dim] != 0:
+            return fallback_op(func, args, kwargs, why="unique of empty slices (CPU raises)")
+        s, order, first = (from_node(n) for n in lower_sort.sorted_runs(value(x), sort, dim))
+        count = _count(value(first), "unique") if first.numel() else 0
         values, inverse, counts = lower_sort.unique(value(s), value(order), value(first),
-                                                    count, tuple(x.shape))
+                                                    count, value(x), dim)
         empty = build.full(0, i64, (0,))
         out = [values, inverse if flags.get("return_inverse") else empty,
                counts if flags.get("return_counts") else empty]
@@ -73,6 +74,7 @@ def _unique(names: tuple, sort: bool = True):
 
 special(aten._unique.default)(_unique(("sorted", "return_inverse")))
 special(aten._unique2.default)(_unique(("sorted", "return_inverse", "return_counts")))
+special(aten.unique_dim.default)(_unique(("dim", "sorted", "return_inverse", "return_counts")))
 special(aten.unique_consecutive.default)(
     _unique(("return_inverse", "return_counts", "dim"), sort=False))
 

@@ -336,30 +336,68 @@ def _masked_scatter_backward(spec, grad, mask, sizes):
     return reshape(out, spec.shape)
 
 
-def sorted_runs(x: Node, sort: bool = True):
-    """(flat x sorted -- or as it is for unique_consecutive --, the permutation, first-of-a-run
-    flags): what torch.unique reads. NaNs never equal each other, so each is its own run, as on
-    the CPU."""
-    n = x.numel
-    flat = reshape(x, (n,))
-    order = argsort_rows(flat, 0) if sort else Node(Op.INDEX, i64, (n,), (), 0)
-    s = take(flat, order, 0) if sort else flat
-    if n < 2:
-        return s, order, full(True, torch.bool, (n,))
-    prev = Node(Op.PAD, s.dtype, (n,), (narrow(s, 0, 0, n - 1), as_node(0, s.dtype)), ((1, 0),))
-    first = _bin(Op.OR, _bin(Op.EQ, _position(s, 0), as_node(0, i64), torch.bool),
-                 _bin(Op.NE, s, prev, torch.bool))
+def _as_rows(x: Node, dim):
+    """x as the rows torch.unique compares: its elements [n], or its slices along `dim` [m, k]
+    (dim moved to the front, the rest flattened)."""
+    if dim is None:
+        return reshape(x, (x.numel,))
+    dim = _axis(x, dim)
+    perm = (dim,) + tuple(d for d in range(len(x.shape)) if d != dim)
+    moved = Node(Op.PERMUTE, x.dtype, tuple(x.shape[d] for d in perm), (x,), perm)
+    return reshape(moved, (x.shape[dim], x.numel // max(x.shape[dim], 1)))
+
+
+def _lexsort(rows: Node) -> Node:
+    """Stable ascending permutation of rows [m] or [m, k], lexicographic over the columns: one
+    stable sort per column, last column first."""
+    if len(rows.shape) == 1:
+        return argsort_rows(rows, 0)
+    m, k = rows.shape
+    order = Node(Op.INDEX, i64, (m,), (), 0)
+    for c in reversed(range(k)):
+        keys = take(reshape(narrow(rows, 1, c, 1), (m,)), order, 0)
+        order = take(order, argsort_rows(keys, 0), 0)
+    return order
+
+
+def sorted_runs(x: Node, sort: bool = True, dim=None):
+    """(rows of x sorted -- or as they are, for unique_consecutive --, the permutation,
+    first-of-a-run flags): what torch.unique reads. NaNs never equal each other, so each is its
+    own run, as on the CPU."""
+    rows = _as_rows(x, dim)
+    m = rows.shape[0]
+    order = _lexsort(rows) if sort else Node(Op.INDEX, i64, (m,), (), 0)
+    s = rows
+    if sort:
+        s = Node(Op.INDEX_ND, rows.dtype, rows.shape, (rows, order), (0, 1, 1, False))
+    if m < 2:
+        return s, order, full(True, torch.bool, (m,))
+    pads = ((1, 0),) + ((0, 0),) * (len(s.shape) - 1)
+    prev = Node(Op.PAD, s.dtype, s.shape, (narrow(s, 0, 0, m - 1), as_node(0, s.dtype)), pads)
+    differs = _bin(Op.NE, s, prev, torch.bool)
+    if len(s.shape) == 2:
+        differs = reduce(Op.ANY, differs, (1,), False, torch.bool)
+    first = _bin(Op.OR, _bin(Op.EQ, Node(Op.INDEX, i64, (m,), (), 0), as_node(0, i64),
+                             torch.bool), differs)
     return s, order, first
 
 
-def unique(s: Node, order: Node, first: Node, count: int, shape: tuple):
-    """(values, inverse [shape], counts) of torch.unique(sorted=True) from sorted_runs and the
-    number of runs."""
-    n = s.numel
-    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (n,), (cast(first, i64),), 0), as_node(1, i64))
-    values = scatter(full(0, s.dtype, (count,)), 0, rank, s)
-    inverse = reshape(scatter(full(0, i64, (n,)), 0, order, rank), shape)
-    counts = scatter(full(0, i64, (count,)), 0, rank, full(1, i64, (n,)), "add")
+def unique(s: Node, order: Node, first: Node, count: int, x: Node, dim=None):
+    """(values, inverse, counts) of torch.unique(x, sorted=True, dim=dim) from sorted_runs and
+    the number of runs."""
+    m = s.shape[0]
+    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (m,), (cast(first, i64),), 0), as_node(1, i64))
+    inverse = scatter(full(0, i64, (m,)), 0, order, rank)
+    counts = scatter(full(0, i64, (count,)), 0, rank, full(1, i64, (m,)), "add")
+    if dim is None:
+        return scatter(full(0, s.dtype, (count,)), 0, rank, s), reshape(inverse, x.shape), counts
+    rows = scatter(full(0, s.dtype, (count,) + s.shape[1:]), 0, expand(reshape(rank, (m, 1)),
+                                                                     s.shape), s)
+    dim = _axis(x, dim)
+    rest = tuple(d for i, d in enumerate(x.shape) if i != dim)
+    back = tuple(range(1, dim + 1)) + (0,) + tuple(range(dim + 1, len(x.shape)))
+    moved = reshape(rows, (count,) + rest)
+    values = Node(Op.PERMUTE, s.dtype, tuple(moved.shape[p] for p in back), (moved,), back)
     return values, inverse, counts
 
 
