@@ -126,21 +126,28 @@ def argreduction(e: Emitter, n: Node) -> None:
         _store(e, n, "o", "bi")
 
 
-def cumsum(e: Emitter, n: Node) -> None:
-    x, axis, b = n.src[0], n.arg, e.b
-    size = n.shape[axis]
+def scan(e: Emitter, n: Node, axis: int, init: str, step) -> None:
+    """Row-wise scan along `axis`: per row, the `init` statement; then at each position r the
+    statements step(dims) emits, storing the value it returns there."""
+    b, size = e.b, n.shape[axis]
     outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
-    acc_t = cexpr.acc_type(Op.SUM, n.dtype)
     _omp(b, n.numel)
     with b.block(f"for (int64_t o = 0; o < {_prod(outer_shape)}; o++)"):
         oi = Idx(outer_shape, flat="o")
         outer = [e.dim(oi, k) for k in range(len(outer_shape))]
-        b.line(f"{acc_t} acc = 0;")
+        b.line(init)
         with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
             dims = outer[:axis] + ["r"] + outer[axis:]
-            pos = Idx(n.shape, dims=dims)
-            b.line(f"acc += {e.load(x, Idx(x.shape, dims=dims))};")
-            _store(e, n, e.flat(pos), cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+            _store(e, n, e.flat(Idx(n.shape, dims=dims)), step(dims))
+
+
+def cumsum(e: Emitter, n: Node) -> None:
+    x = n.src[0]
+
+    def step(dims):
+        e.b.line(f"acc += {e.load(x, Idx(x.shape, dims=dims))};")
+        return cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc")
+    scan(e, n, n.arg, f"{cexpr.acc_type(Op.SUM, n.dtype)} acc = 0;", step)
 
 
 def _copy_base(e: Emitter, n: Node, base: Node) -> None:

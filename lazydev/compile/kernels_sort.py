@@ -12,7 +12,7 @@ import torch
 from ..trace.ir import Node, Op
 from . import cexpr
 from .codegen import Emitter, Idx
-from .kernels import TEMPLATES, _omp, _store
+from .kernels import TEMPLATES, _omp, _store, scan
 
 # dtype codes of lib->argsort (the WSE_DT_* enum in csrc/wse_prefix.h)
 DTYPE_CODE = {
@@ -62,22 +62,16 @@ def cumarg(e: Emitter, n: Node) -> None:
     """Index of the running max (min) along the axis, with ATen's cummax_cummin_helper rule: a
     NaN always takes over, ties move to the later index."""
     x, (axis, is_max) = n.src[0], n.arg
-    outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
-    size, b = n.shape[axis], e.b
-    isf = x.dtype.is_floating_point
     cmp = ">=" if is_max else "<="
-    _omp(b, n.numel)
-    with b.block(f"for (int64_t o = 0; o < {math.prod(outer_shape)}; o++)"):
-        oi = Idx(outer_shape, flat="o")
-        outer = [e.dim(oi, k) for k in range(len(outer_shape))]
-        b.line(f"{cexpr.vtype(x.dtype)} best = 0; int64_t bi = 0;")
-        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
-            dims = outer[:axis] + ["r"] + outer[axis:]
-            v = e.load(x, Idx(x.shape, dims=dims))
-            take = f"r == 0 || {v} != {v} || (best == best && {v} {cmp} best)" if isf \
-                else f"r == 0 || {v} {cmp} best"
-            b.line(f"if ({take}) {{ best = {v}; bi = r; }}")
-            _store(e, n, e.flat(Idx(n.shape, dims=dims)), "bi")
+
+    def step(dims):
+        v = e.load(x, Idx(x.shape, dims=dims))
+        take = f"r == 0 || {v} {cmp} best"
+        if x.dtype.is_floating_point:
+            take = f"r == 0 || {v} != {v} || (best == best && {v} {cmp} best)"
+        e.b.line(f"if ({take}) {{ best = {v}; bi = r; }}")
+        return "bi"
+    scan(e, n, axis, f"{cexpr.vtype(x.dtype)} best = 0; int64_t bi = 0;", step)
 
 
 TEMPLATES.update({Op.SORT: sort_rows, Op.SEARCHSORTED: searchsorted, Op.CUMARG: cumarg})
