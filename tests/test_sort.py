@@ -82,6 +82,8 @@ def test_median_nanmedian_rows_with_nan():
         native(fn, x)
     native(lambda t: torch.median(t, dim=0), ties(9, 4, high=3, dtype=torch.int64))
     native(torch.median, torch.empty(0))
+    with pytest.raises(IndexError, match="non-zero size"):
+        torch.median(torch.randn(3, 0).to("wse"), dim=1)
 
 
 def test_mode_picks_the_smallest_most_frequent_value():
@@ -143,6 +145,8 @@ def test_mask_index_put_without_a_sync_when_values_broadcast():
     put = torch.ops.aten.index_put.default
     native(lambda t, m: put(t, [None, m[:4]], torch.tensor(2.0), True), x, mask)
     native(lambda t, m, v: t.index_put((m,), v), x, mask, torch.randn(3, 4))   # one per row
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        x.to("wse").index_put((mask.to("wse"),), torch.randn(2, 4).to("wse"))
     assert out.shape == x.shape
 
 

@@ -85,7 +85,8 @@ def _is_mask(ix) -> bool:
     return isinstance(ix, torch.Tensor) and ix.dtype in (torch.bool, torch.uint8)
 
 
-def _check_mask(x, mask, at: int, dim: int) -> None:
+def _check_mask(x, mask, dim: int) -> None:
+    """ATen's check that a mask's shape is that of the dims it indexes, from `dim` on."""
     for k, size in enumerate(mask.shape):
         if dim + k >= x.dim() or x.shape[dim + k] != size:
             raise IndexError(f"The shape of the mask {list(mask.shape)} at index {k} does not "
@@ -106,9 +107,9 @@ def _mask_columns(mask) -> list:
 
 def _long_indices(x, indices) -> list:
     out, dim = [], 0
-    for i, ix in enumerate(indices):
+    for ix in indices:
         if _is_mask(ix):
-            _check_mask(x, ix, i, dim)
+            _check_mask(x, ix, dim)
             out += _mask_columns(ix)
             dim += ix.dim()
         else:
@@ -137,8 +138,9 @@ def _index_put(func, args, kwargs):
     accumulate = (list(args[3:]) + [kwargs.get("accumulate", False)])[0]
     if not any(_is_mask(ix) for ix in indices):
         return lowered_op(func, args, kwargs)
-    if _mask_unsupported(indices):
-        return fallback_op(func, args, kwargs, why="0-dim boolean index")
+    if _mask_unsupported(indices) or values.dtype != x.dtype:
+        # (the CPU raises for most dtype mismatches, but not all: it decides)
+        return fallback_op(func, args, kwargs, why="0-dim boolean index or another dtype")
     put = _masked_put(x, indices, values, accumulate)
     if put is not None:
         return put
@@ -155,12 +157,10 @@ def _masked_put(x, indices, values, accumulate):
         return None
     if not isinstance(values, WseTensor) and values.dim() != 0:
         return None
-    _check_mask(x, mask, first, first)
+    _check_mask(x, mask, first)
     region = x.dim() - mask.dim() + 1
     at = values.dim() - (region - first)            # values' dim for the masked elements
     if values.dim() > region or (0 <= at and values.shape[at] != 1) or x.dtype.is_complex:
-        return None
-    if values.dtype != x.dtype and not (values.dim() == 0 or x.dtype.is_floating_point):
         return None
     v = _node_args(values)                     # a wse tensor or a 0-dim CPU scalar
     node = lower_sort.masked_put(value(x), first, value(mask), v, bool(accumulate))

@@ -393,6 +393,11 @@ def _index_put(spec, x, indices, values, accumulate=False):
         raise Unsupported("index_put with non-adjacent index tensors")
     # The region written has the shape aten.index would return; values broadcast to it.
     region = x.shape[:dims[0]] + bshape + x.shape[dims[0] + len(dims):]
+    fits = len(values.shape) <= len(region) and all(
+        v in (1, r) for v, r in zip(reversed(values.shape), reversed(region)))
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot "
+                           f"be broadcast to indexing result of shape {list(region)}")
     v = expand(cast(values, spec.dtype), region)
     arg = (dims[0], len(dims), len(bshape), False, bool(accumulate))
     return Node(Op.INDEX_PUT, spec.dtype, spec.shape, (x, v) + idx, arg)

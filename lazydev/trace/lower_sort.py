@@ -125,11 +125,17 @@ def _median_index(x: Node, axis: int, ignore_nan: bool) -> Node:
     return ew(Op.WHERE, i64, kept, any_nan, first_nan, narrow(order, axis, (n - 1) // 2, 1))
 
 
+def _nonempty(name: str, x: Node, axis: int) -> None:
+    if x.shape[axis] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {axis} to have non-zero size.")
+
+
 def _median_dim(ignore_nan: bool):
     def lower(spec, x, dim=-1, keepdim=False):
         if not x.shape:
             return _scalar_pair(x)
         axis = _axis(x, dim)
+        _nonempty("median", x, axis)      # (nanmedian's message names median too)
         return _selected(spec, x, _median_index(x, axis, ignore_nan), axis)
     return lower
 
@@ -156,6 +162,7 @@ def _mode(spec, x, dim=-1, keepdim=False):
     if not x.shape:
         return _scalar_pair(x)
     axis = _axis(x, dim)
+    _nonempty("mode", x, axis)
     n = x.shape[axis]
     order = argsort_rows(x, axis)
     s = take(x, order, axis)
