@@ -197,3 +197,6 @@ def _polygamma_(func, args, kwargs):
                            f"{x.dtype}")
     write(x, value(out))
     return x
+
+
+from . import special_sort  # noqa: E402,F401  (sorting/selection handlers that read values)
