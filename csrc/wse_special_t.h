@@ -2664,7 +2664,7 @@ WSE_SP_FN T SP(chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x) * q - p;
@@ -2716,7 +2716,7 @@ WSE_SP_FN T SP(chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x) * q - p;
@@ -2772,7 +2772,7 @@ WSE_SP_FN T SP(chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x + ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x) * q - p;
@@ -2838,7 +2838,7 @@ WSE_SP_FN T SP(hermite_polynomial_he_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 1; k < n; k++) {
         r = x * q - k * p;
@@ -2870,7 +2870,7 @@ WSE_SP_FN T SP(laguerre_polynomial_l_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = ((T)1.0) - x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 1; (k < n) && !isnan(q); k++) {
         r = (((k + k) + (((T)1.0) - x)) * q - k * p) / (k + 1);
@@ -2906,7 +2906,7 @@ WSE_SP_FN T SP(legendre_polynomial_p_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 1; (k < n) && !isnan(q); k++) {
         r = ((k + k + 1) * x * q - k * p) / (k + 1);
@@ -3433,7 +3433,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;
@@ -3481,7 +3481,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0) + (x + x - ((T)1.0));
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;
@@ -3533,7 +3533,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0) + (x + x - ((T)1.0)) - ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;
@@ -3585,7 +3585,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0) + (x + x - ((T)1.0)) + ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;
