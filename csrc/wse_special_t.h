@@ -1,3 +1,65 @@
+/* wse_special_t.h -- the body of csrc/wse_special.h, included there twice: once with T = float
+ * and SP(name) = wsesp_<name>_f, once with T = double and SP(name) = wsesp_<name>.
+ *
+ * Ported from PyTorch's aten/src/ATen/native/Math.h (PyTorch 2.x, BSD licence) by mechanical
+ * translation -- templates to the T/SP macros, std:: overloads to <tgmath.h> generics,
+ * numeric_limits to INFINITY/NAN/WSE_SP_EPS -- keeping every expression and its evaluation
+ * precision (a float literal or double accumulator stays where Math.h has it), so results
+ * agree with PyTorch's CPU kernels. Names keep Math.h's; the int64_t-order polynomial bodies
+ * are suffixed _n. Functions not in Math.h are at the end. In PyTorch's own words, the
+ * licences of the code it took these from follow (erfinv's here, Cephes' and Faddeeva's
+ * where their code starts; "NOTICE" is PyTorch's NOTICE file, which carries SciPy's and Boost's).
+ */
+
+/* The next function is taken from  https://github.com/antelopeusersgroup/antelope_contrib/blob/master/lib/location/libgenloc/erfinv.c.
+Below is the copyright.
+Output was modified to be inf or -inf when input is 1 or -1. */
+
+
+/*
+    Copyright (c) 2014 Indiana University
+    All rights reserved.
+
+    Written by Prof. Gary L. Pavlis, Dept. of Geol. Sci.,
+            Indiana University, Bloomington, IN
+
+    This software is licensed under the New BSD license:
+
+    Redistribution and use in source and binary forms,
+    with or without modification, are permitted provided
+    that the following conditions are met:
+
+    Redistributions of source code must retain the above
+    copyright notice, this list of conditions and the
+    following disclaimer.
+
+    Redistributions in binary form must reproduce the
+    above copyright notice, this list of conditions and
+    the following disclaimer in the documentation and/or
+    other materials provided with the distribution.
+
+    Neither the name of Indiana University nor
+    the names of its contributors may be used to endorse
+    or promote products derived from this software without
+    specific prior written permission.
+
+    THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND
+    CONTRIBUTORS "AS IS" AND ANY EXPRESS OR IMPLIED
+    WARRANTIES, INCLUDING, BUT NOT LIMITED TO, THE IMPLIED
+    WARRANTIES OF MERCHANTABILITY AND FITNESS FOR A
+    PARTICULAR PURPOSE ARE DISCLAIMED. IN NO EVENT SHALL
+    THE COPYRIGHT OWNER OR CONTRIBUTORS BE LIABLE FOR ANY
+    DIRECT, INDIRECT, INCIDENTAL, SPECIAL, EXEMPLARY, OR
+    CONSEQUENTIAL DAMAGES (INCLUDING, BUT NOT LIMITED TO,
+    PROCUREMENT OF SUBSTITUTE GOODS OR SERVICES; LOSS OF
+    USE, DATA, OR PROFITS; OR BUSINESS INTERRUPTION)
+    HOWEVER CAUSED AND ON ANY THEORY OF LIABILITY, WHETHER
+    IN CONTRACT, STRICT LIABILITY, OR TORT (INCLUDING
+    NEGLIGENCE OR OTHERWISE) ARISING IN ANY WAY OUT OF THE
+    USE OF THIS SOFTWARE, EVEN IF ADVISED OF THE
+    POSSIBILITY OF SUCH DAMAGE.
+*/
+
 WSE_SP_FN T SP(chbevl)(T x, const T array[], const int len) {
     T b0, b1, b2 = 0;
 
