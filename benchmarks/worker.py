@@ -110,7 +110,7 @@ def recording_cost(step, backend, i: int):
             acc["depth"] -= 1
             if acc["depth"] == 0:
                 acc["s"] += time.perf_counter() - t0
-                acc["n"] += 1
+                acc["n"] += _elements(func, args)
     cls.__torch_dispatch__ = classmethod(timed)
     try:
         out = step(i)
@@ -119,6 +119,14 @@ def recording_cost(step, backend, i: int):
     backend.sync()
     read(out)
     return (acc["s"] / acc["n"] * 1e6 if acc["n"] else None), acc["n"]
+
+
+def _elements(func, args) -> int:
+    """Ops one dispatch records: a _foreach_ op (multi-tensor optimizers) records one per
+    element of its list, each as much work as the single-tensor op it replaces."""
+    if func.name().startswith("aten::_foreach_") and args and isinstance(args[0], (list, tuple)):
+        return max(len(args[0]), 1)
+    return 1
 
 
 class OpCounter(TorchDispatchMode):
@@ -130,7 +138,7 @@ class OpCounter(TorchDispatchMode):
         self.ops = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket)] += 1
+        self.ops[str(func.overloadpacket)] += _elements(func, args)
         return func(*args, **(kwargs or {}))
 
 

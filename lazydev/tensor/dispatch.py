@@ -17,7 +17,7 @@ from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
 from ..trace.state import current
-from . import replay
+from . import foreach, replay
 from .wse_tensor import WseTensor, from_node, to_cpu, value, write
 
 aten = torch.ops.aten
@@ -91,6 +91,8 @@ def _raise_deferred():
 def _choose(func):
     if func in SPECIAL:
         return SPECIAL[func]
+    if func.name().startswith("aten::_foreach_") and foreach.layout(func) is not None:
+        return foreach_op
     if torch.Tag.inplace_view in func.tags:
         return inplace_view_op
     if _has_composite(func):
@@ -327,7 +329,8 @@ def inplace_op(func, args, kwargs):
     if out is not None:
         return out
     result = dispatch(fn, args, kwargs)
-    results = result if isinstance(result, (list, tuple)) else (result,)
+    # One mutated argument (a tensor, or a foreach op's list of tensors) has one result.
+    results = (result,) if len(positions) == 1 else result
     targets = [_arg_at(func, pos, args, kwargs) for pos in positions]
     for target, res in zip(targets, results):
         if isinstance(target, WseTensor) and isinstance(res, WseTensor) \
@@ -337,7 +340,7 @@ def inplace_op(func, args, kwargs):
             return fallback_op(func, args, kwargs, why="in-place result of another shape")
     for target, res in zip(targets, results):
         _write_back(target, res)
-    return targets[0]
+    return targets[0] if func._schema.returns else None
 
 
 def _write_back(target, res):
@@ -365,7 +368,11 @@ def _write_on_cpu(target, src) -> None:
 
 
 def foreach_op(func, args, kwargs):
-    """_foreach_X(lists...) -> [X(elements...)], recorded per element."""
+    """_foreach_X(lists...) -> [X(elements...)], recorded per element (tensor/foreach.py; the
+    generic path below calls the element op through torch for the overloads it cannot map)."""
+    out = foreach.run(func, args, kwargs, dispatch)
+    if out is not NotImplemented:
+        return out
     name = func._schema.name.split("::")[1][len("_foreach_"):]
     per = torch.linalg.vector_norm if name == "norm" else getattr(torch, name, None)
     if per is None:

@@ -1,0 +1,65 @@
+"""Stock optimizers on wse take torch.optim's foreach (multi-tensor) path, as on CUDA; every one
+must match the CPU's (single-tensor) updates, with no CPU fallback."""
+import pytest
+import torch
+
+import lazydev
+from lazydev.tensor import dispatch
+
+from conftest import assert_same
+
+OPTIMIZERS = [
+    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    (torch.optim.Adam, dict(lr=1e-2, amsgrad=True)),
+    (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+    (torch.optim.RMSprop, dict(lr=1e-2, momentum=0.5, centered=True)),
+    (torch.optim.Adagrad, dict(lr=0.1)),
+    (torch.optim.NAdam, dict(lr=1e-2)),
+    (torch.optim.RAdam, dict(lr=1e-2)),
+    (torch.optim.Adamax, dict(lr=1e-2)),
+    (torch.optim.Adadelta, dict(lr=0.5)),
+]
+
+
+def _model():
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+
+
+@pytest.mark.parametrize("opt_cls,kw", OPTIMIZERS, ids=[o.__name__ for o, _ in OPTIMIZERS])
+def test_optimizer_matches_cpu_through_foreach(opt_cls, kw, monkeypatch):
+    calls = []
+    original = dispatch.foreach_op
+    monkeypatch.setattr(dispatch, "foreach_op", lambda f, a, k: calls.append(f) or original(f, a, k))
+    dispatch._HANDLERS.clear()
+    torch.manual_seed(0)
+    cpu = _model()
+    wse = _model()
+    wse.load_state_dict(cpu.state_dict())
+    wse = wse.to("wse")
+    oc, ow = opt_cls(cpu.parameters(), **kw), opt_cls(wse.parameters(), **kw)
+    for _ in range(4):
+        x = torch.randn(5, 8)
+        for model, opt, xx in ((cpu, oc, x), (wse, ow, x.to("wse"))):
+            opt.zero_grad()
+            model(xx).square().mean().backward()
+            opt.step()
+        lazydev.mark_step()
+    for a, b in zip(cpu.parameters(), wse.parameters()):
+        assert_same(b, a)
+    assert calls, "the optimizer did not take the foreach path"
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+    dispatch._HANDLERS.clear()
+
+
+def test_foreach_in_place_on_lists_writes_each_tensor():
+    torch.manual_seed(0)
+    a, b = [torch.randn(4), torch.randn(3)], [torch.rand(4), torch.rand(3)]
+    wa, wb = [t.to("wse") for t in a], [t.to("wse") for t in b]
+    torch._foreach_maximum_(a, b)
+    torch._foreach_maximum_(wa, wb)
+    torch._foreach_mul_(a, 0.5)
+    torch._foreach_mul_(wa, 0.5)
+    torch._foreach_add_(a, b, alpha=2.0)
+    torch._foreach_add_(wa, wb, alpha=2.0)
+    for x, y in zip(wa, a):
+        assert_same(x, y)
