@@ -73,6 +73,9 @@ def reduction(e: Emitter, n: Node) -> None:
     out_numel, b = n.numel, e.b
     if n.op in _SIMD_REDUCE and out_numel > 1 and axes == tuple(range(len(axes))):
         return column_reduction(e, n, red)
+    split = _trailing_split(x, axes)
+    if split is not None and out_numel > 1:
+        return split_reduction(e, n, red, split)
     acc_t = cexpr.acc_type(n.op, n.dtype)
     inner_parallel = out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN
     if not inner_parallel and out_numel > 1:
@@ -88,6 +91,41 @@ def reduction(e: Emitter, n: Node) -> None:
         with b.block(f"for (int64_t r = 0; r < {red}; r++)"):
             v = e.load(x, _reduce_positions(e, n, x, axes, "o", "r"))
             b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
+        _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+
+
+def _trailing_split(x: Node, axes):
+    """First axis k of a run of reduced axes k..nd-1 ending at x's last axis, when other reduced
+    axes come before it and the run is long enough to be an inner loop; else None."""
+    nd = len(x.shape)
+    k = nd
+    while k - 1 in axes:
+        k -= 1
+    if k == nd or k == min(axes) or _prod(x.shape[k:]) < ROW_MIN:
+        return None
+    return k
+
+
+def split_reduction(e: Emitter, n: Node, red: int, k: int) -> None:
+    """A reduction over some leading axes and the trailing axes k.. (batch norm's statistics
+    over N, H, W): the trailing block is a contiguous inner loop the compiler vectorises, and
+    the other coordinates are computed once per block, not with a division per element."""
+    x, b, axes = n.src[0], e.b, n.arg
+    inner = _prod(x.shape[k:])
+    lead = [a for a in axes if a < k]
+    acc_t = cexpr.acc_type(n.op, n.dtype)
+    _omp(b, n.numel * red)
+    with b.block(f"for (int64_t o = 0; o < {n.numel}; o++)"):
+        b.line(f"{acc_t} acc = {cexpr.REDUCE_INIT[n.op](n.dtype)};")
+        with b.block(f"for (int64_t ro = 0; ro < {red // inner}; ro++)"):
+            oi, ri = Idx(n.shape, flat="o"), Idx(tuple(x.shape[a] for a in lead), flat="ro")
+            dims = [e.dim(ri, lead.index(a)) if a in lead else e.dim(oi, a) for a in range(k)]
+            base = e.flat(Idx(x.shape[:k], dims=dims))
+            if n.op in _SIMD_REDUCE:
+                b.line(f"#pragma omp simd reduction({_SIMD_REDUCE[n.op]}:acc)")
+            with b.block(f"for (int64_t r = 0; r < {inner}; r++)"):
+                v = e.load(x, Idx(x.shape, flat=f"{base} * {inner} + r"))
+                b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
         _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
 
 
