@@ -246,6 +246,8 @@ def _cat(e: Emitter, n: Node, idx: Idx) -> str:
 
 def _pad(e: Emitter, n: Node, idx: Idx) -> str:
     x, fill = n.src
+    if all(lo == 0 and hi == 0 for lo, hi in n.arg):
+        return e.load(x, idx)           # no padding: the same position, flat index and all
     conds, dims = [], []
     for k, (lo, hi) in enumerate(n.arg):
         d = e.dim(idx, k)

@@ -320,8 +320,9 @@ def _max_pool2d(spec, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mod
              for o, st, kk, dd, size, pp in ((oh, s[0], k[0], d[0], h, p[0]),
                                                (ow, s[1], k[1], d[1], w, p[1]))]
     hp, wp = h + p[0] + extra[0], w + p[1] + extra[1]
-    padded = Node(Op.PAD, x.dtype, (n, c, hp, wp), (x4, as_node(float("-inf"), x.dtype)),
-                  ((0, 0), (0, 0), (p[0], extra[0]), (p[1], extra[1])))
+    padded = x4 if (hp, wp) == (h, w) and p == [0, 0] else Node(
+        Op.PAD, x.dtype, (n, c, hp, wp), (x4, as_node(float("-inf"), x.dtype)),
+        ((0, 0), (0, 0), (p[0], extra[0]), (p[1], extra[1])))
     win_shape = (n, c, oh, ow, k[0], k[1])
     strides = (c * hp * wp, hp * wp, s[0] * wp, s[1], d[0] * wp, d[1])
     windows = Node(Op.AS_STRIDED, x.dtype, win_shape, (padded,), (strides, 0))
