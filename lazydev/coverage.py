@@ -53,11 +53,7 @@ SKIPS: dict = {
 
 # Entries that still fail, with what is known about why. They stay "fail" in the report; the
 # test marks them xfail with this reason (and the failure found) so CI shows them, not hides them.
-_GROW = "wse tensors cannot grow in place (resize_/set_ of a wrapper storage)"
 KNOWN_FAILURES = {
-    "addbmm": "CPU addbmm_ resizes a one-element input to the result's shape; " + _GROW,
-    "resize_": _GROW,
-    "linalg.matrix_power": "the CPU kernel resizes its out= tensor; " + _GROW,
     "stft": "wrong gradient: the complex backward writes through view_as_real, which wse runs "
             "on the CPU as a copy instead of an alias",
     "linalg.eig": "NaN gradient through the complex CPU fallbacks; not investigated yet",

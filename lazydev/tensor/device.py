@@ -89,7 +89,7 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     # Registered for PrivateUse1 so that torch.arange(..., device="wse") never goes through
-    # arange.out, which resizes its output (a wrapper tensor's storage cannot grow).
+    # arange.out, which would make an empty tensor and resize it.
     from .dispatch import dispatch
     if end is None:
         start, end = 0, start

@@ -16,7 +16,7 @@ from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.state import current
-from .wse_tensor import WseTensor, from_node, to_cpu, value, write
+from .wse_tensor import WseTensor, from_node, restride, to_cpu, value, write
 
 aten = torch.ops.aten
 _HANDLERS: dict = {}
@@ -243,10 +243,7 @@ def view_op(func, args, kwargs):
 def inplace_view_op(func, args, kwargs):
     spec = meta.infer(func, args, kwargs)
     t = args[0]
-    from torch.utils._mode_utils import no_dispatch
-    with no_dispatch():
-        aten.as_strided_.default(t, spec.shape, spec.stride, spec.offset)
-    t._set_meta(spec.shape, spec.stride, spec.offset)
+    restride(t, spec.shape, spec.stride, spec.offset)
     return t
 
 
@@ -296,12 +293,19 @@ def inplace_op(func, args, kwargs):
     for target, res in zip(targets, results):
         if isinstance(target, WseTensor) and isinstance(res, WseTensor) \
                 and tuple(res.shape) != tuple(target.shape):
-            # The result does not fit the tensor written (addbmm_ on CPU resizes it): run the
-            # op on the CPU with its own semantics rather than broadcast into the wrong shape.
-            return fallback_op(func, args, kwargs, why="in-place result of another shape")
+            if func not in _RESIZES_SELF:
+                # Run the op on the CPU with its own semantics (most raise) rather than
+                # broadcast into the wrong shape.
+                return fallback_op(func, args, kwargs, why="in-place result of another shape")
+            SPECIAL[aten.resize_.default](aten.resize_.default, (target, res.shape), {})
     for target, res in zip(targets, results):
         _write_back(target, res)
     return targets[0]
+
+
+# In-place ops whose CPU kernel is the out= kernel with self as out: it resizes self to the
+# result's shape (addbmm_ of a one-element self) instead of raising as other in-place ops do.
+_RESIZES_SELF = frozenset({aten.addbmm_.default})
 
 
 def _write_back(target, res):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from .. import log
-from ..trace import build
+from ..trace import build, meta
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
-from .wse_tensor import WseTensor, from_cpu, to_cpu, value, write
+from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write
 
 aten = torch.ops.aten
 
@@ -139,11 +139,28 @@ def _rand_like(func, args, kwargs):
 
 @special(aten.resize_.default)
 def _resize_(func, args, kwargs):
-    t, size = args[0], tuple(args[1])
-    if size == tuple(t.shape):
-        return t
-    raise NotImplementedError("resizing a wse tensor is not supported; allocate a new tensor "
-                              "with the wanted shape instead")
+    """As on the CPU: new contiguous strides (or the memory format's) at the same offset; a
+    storage too small grows in place, keeping its values (Storage.grow)."""
+    t = args[0]
+    m = meta._to_meta(t)
+    func(m, *args[1:], **kwargs)
+    size, stride, offset = tuple(m.shape), tuple(m.stride()), m.storage_offset()
+    need = build.extent(size, stride, offset)
+    if need > t._st.numel:
+        _grow(t._st, need)
+    restride(t, size, stride, offset)
+    return t
+
+
+def _grow(st, numel: int) -> None:
+    if not st.dtype.is_complex:
+        st.grow(numel)
+        return
+    # Complex values are never compiled: grow on the CPU and upload the new storage.
+    flat = to_cpu(WseTensor(st, (st.numel,)), reason="fallback")
+    bigger = torch.cat([flat, torch.zeros(numel - st.numel, dtype=st.dtype)])
+    st.numel = numel
+    st.replace_buffer(from_cpu(bigger)._st.buf)
 
 
 @special(aten.arange.start_out)
@@ -160,17 +177,8 @@ def _set_(func, args, kwargs):
     t, src = args
     if not isinstance(src, WseTensor):
         src = _upload(src)
-    size, stride, offset = src._lz_meta[:3]
-    need = offset + sum((d - 1) * s for d, s in zip(size, stride)) + 1 if all(size) else 0
-    if need * src.dtype.itemsize > t.untyped_storage().nbytes():
-        # PyTorch's own storage of the wrapper cannot grow; factories that resize an out=
-        # tensor are registered as PrivateUse1 kernels instead (tensor/device.py).
-        raise NotImplementedError("growing a wse tensor in place (set_/resize_) is not supported")
-    from torch.utils._mode_utils import no_dispatch
-    with no_dispatch():
-        aten.as_strided_.default(t, size, stride, offset)
     t._st = src._st
-    t._set_meta(size, stride, offset)
+    restride(t, *src._lz_meta[:3])
     return t
 
 

@@ -87,6 +87,12 @@ class WseTensor(torch.Tensor):
                         "copy the tensor to host memory first.")
 
 
+def _regrown(t: WseTensor) -> None:
+    """`t` is a view of a storage that grew through an alias (resize_): refresh what `t` knows
+    of the storage (its numel, and so whether `t` covers all of it)."""
+    t._set_meta(*t._lz_meta[:3])
+
+
 def value(t: WseTensor) -> Node:
     """The IR node for the current value of tensor `t` (derived from its storage)."""
     st = t._st
@@ -94,6 +100,8 @@ def value(t: WseTensor) -> Node:
     tid = current().id
     if cache is not None and cache[0] == st.version and cache[1] == tid:
         return cache[2]
+    if t._lz_meta[3] != st.numel:
+        _regrown(t)
     size, stride, offset, numel, _ = t._lz_meta
     if t._lz_full:
         node = st.value(size)
@@ -106,14 +114,35 @@ def value(t: WseTensor) -> Node:
 
 def write(t: WseTensor, node: Node) -> None:
     """Store `node` (any shape broadcastable to t, any dtype) as the new value of `t`."""
+    st = t._st
+    if t._lz_meta[3] != st.numel:
+        _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
     node = build.expand(build.cast(node, dtype), size)
-    st = t._st
     if t._lz_full:
         st.set_node(node)
         return
     base = st.value((numel,))
     st.set_node(Node(Op.SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
+
+
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def restride(t: WseTensor, size, stride, offset: int) -> None:
+    """Give `t` new sizes, strides and offset over its storage `t._st` (set_, resize_,
+    as_strided_). PyTorch's storage of a wrapper holds no data; it only bounds the view, so when
+    the new view does not fit, `t` gets a larger one. set_ runs as the CPU kernel, which only
+    checks bounds and writes the metadata (its storage is large enough: nothing is allocated)."""
+    size, stride = tuple(size), tuple(stride)
+    storage = t.untyped_storage()
+    need = build.extent(size, stride, offset) * t.dtype.itemsize
+    if need > storage.nbytes():
+        storage = torch.Tensor._make_wrapper_subclass(
+            WseTensor, (need // t.dtype.itemsize,), dtype=t.dtype, device=WSE).untyped_storage()
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYS, t, storage, offset, size, stride)
+    t._set_meta(size, stride, offset)
 
 
 def from_node(node: Node) -> WseTensor:
@@ -137,6 +166,8 @@ def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     if st.buf is None:
         raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
     flat = sync.download(st.buf, st.dtype, st.numel)
+    if t._lz_meta[3] != st.numel:
+        _regrown(t)
     size, stride, offset, _, _ = t._lz_meta
     if t._lz_full:
         return flat.view(size)
