@@ -55,9 +55,6 @@ SKIPS: dict = {
 # Entries that still fail, with what is known about why. They stay "fail" in the report; the
 # test marks them xfail with this reason (and the failure found) so CI shows them, not hides them.
 KNOWN_FAILURES = {
-    "stft": "wrong gradient: the complex backward writes through view_as_real, which wse runs "
-            "on the CPU as a copy instead of an alias",
-    "linalg.eig": "NaN gradient through the complex CPU fallbacks; not investigated yet",
     "native_batch_norm": "eval mode: the decomposition returns save_mean/save_invstd of shape "
                          "[C]; the CPU kernel returns empty tensors",
     "nn.functional.adaptive_max_pool1d": "aten.adaptive_max_pool2d: its wse handler returns "

@@ -16,7 +16,7 @@ from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.state import current
-from .wse_tensor import WseTensor, from_node, restride, to_cpu, value, write
+from .wse_tensor import WseTensor, from_node, restride, to_cpu, value, write, write_tensor
 
 aten = torch.ops.aten
 _HANDLERS: dict = {}
@@ -208,10 +208,6 @@ def _complex_out(func, args, kwargs) -> bool:
 
 
 def composite_op(func, args, kwargs):
-    if _complex(args) or _complex(kwargs.values()):
-        # Complex decompositions write through real views (x.real.copy_), which wse cannot
-        # alias across dtypes (view_op): the whole op runs on the CPU instead.
-        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     out = func.decompose(*args, **kwargs)
     if out is NotImplemented:
         return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
@@ -224,20 +220,25 @@ def view_op(func, args, kwargs):
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=str(e))
     base = next(a for a in args if isinstance(a, WseTensor))
-    if base.dtype.is_complex or _complex(spec):
-        # view_as_real/view_as_complex reinterpret storage; storages hold one dtype, so these
-        # run on the CPU and return a copy (a write through the result does not reach `base`).
-        return fallback_op(func, args, kwargs, why="a view that changes dtype")
+    if func in _BIT_VIEWS:
+        return fallback_op(func, args, kwargs, why="a conjugate or negative view")
+    real = base._st.dtype
 
     def make(s):
-        if s.dtype != base.dtype:
+        if s.dtype != base.dtype and (s.dtype.to_real() if s.dtype.is_complex else s.dtype) != real:
             raise NotImplementedError(
                 f"{func}: a wse view with another dtype ({s.dtype} of {base.dtype}) is not "
                 "supported; use .to(dtype) to convert instead")
-        return WseTensor(base._st, s.shape, s.stride, s.offset)
+        # view_as_real/view_as_complex alias too: complex storages hold real pairs.
+        return WseTensor(base._st, s.shape, s.stride, s.offset, dtype=s.dtype)
     if isinstance(spec, tuple):
         return type(spec)(make(s) for s in spec)
     return make(spec)
+
+
+# Views that set a conjugate or negative bit: wse values have no such bits, so these run on the
+# CPU (which resolves them) and return a copy.
+_BIT_VIEWS = frozenset({aten._conj.default, aten._neg_view.default})
 
 
 def inplace_view_op(func, args, kwargs):
@@ -315,21 +316,10 @@ def _write_back(target, res):
         return
     if not isinstance(target, WseTensor):
         raise DeviceMismatch(f"cannot write a wse result into a {target.device} tensor in place")
-    if target.dtype.is_complex:
-        return _write_on_cpu(target, res)
-    write(target, value(res) if isinstance(res, WseTensor) else _node_args(res))
-
-
-def _write_on_cpu(target, src) -> None:
-    """Write `src` into `target` through the CPU: complex values are never compiled, so a write
-    into a complex tensor updates its whole storage on the CPU and uploads it again."""
-    from .wse_tensor import from_cpu
-    st = target._st
-    flat = to_cpu(WseTensor(st, (st.numel,)), reason="fallback").clone()
-    size, stride, offset = target._lz_meta[:3]
-    src = to_cpu(src, reason="fallback") if isinstance(src, WseTensor) else src
-    flat.as_strided(size, stride, offset).copy_(src)
-    st.replace_buffer(from_cpu(flat)._st.buf)
+    if isinstance(res, WseTensor):
+        write_tensor(target, res)
+    else:
+        write(target, _node_args(res))
 
 
 def foreach_op(func, args, kwargs):
@@ -379,10 +369,8 @@ def _copy_back(dst, src):
     elif isinstance(dst, WseTensor):
         if tuple(dst.shape) != tuple(src.shape):     # an out= tensor PyTorch resized
             SPECIAL[aten.set_.source_Tensor](None, (dst, _upload(src)), {})
-        elif dst.dtype.is_complex:
-            _write_on_cpu(dst, src)
         else:
-            write(dst, value(_upload(src)))
+            write_tensor(dst, _upload(src))
 
 
 def _to_cpu_args(a):

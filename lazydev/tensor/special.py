@@ -11,7 +11,7 @@ import torch
 from .. import log
 from ..trace import build, meta
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
-from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write
+from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write, write_tensor
 
 aten = torch.ops.aten
 
@@ -31,14 +31,14 @@ def _copy_(func, args, kwargs):
         dst.copy_(to_cpu(src, reason="cpu"))
         return dst
     if isinstance(src, WseTensor):
-        write(dst, value(src))
+        write_tensor(dst, src)
         return dst
     if dst._lz_full and tuple(src.shape) == dst._lz_meta[0]:   # a whole-tensor upload
         st = dst._st
         cpu = src.detach().to(dst.dtype).contiguous()
         st.replace_buffer(from_cpu(cpu)._st.buf, origin=log.user_frame())
         return dst
-    write(dst, value(_upload(src)))
+    write_tensor(dst, _upload(src))
     return dst
 
 
@@ -60,7 +60,7 @@ def _to_copy(func, args, kwargs):
 def _prims_copy_to(func, args, kwargs):
     dst, src = args[0], args[1]
     if isinstance(dst, WseTensor) and isinstance(src, WseTensor):
-        write(dst, value(src))
+        write_tensor(dst, src)
         return dst
     return _copy_(func, args, kwargs)
 
@@ -87,7 +87,7 @@ def _random(draw):
         t = args[0]
         cpu = torch.empty(t.shape, dtype=t.dtype)
         draw(cpu, *args[1:], **kwargs)
-        write(t, value(_upload(cpu)))
+        write_tensor(t, _upload(cpu))
         return t
     return handler
 
@@ -145,22 +145,12 @@ def _resize_(func, args, kwargs):
     m = meta._to_meta(t)
     func(m, *args[1:], **kwargs)
     size, stride, offset = tuple(m.shape), tuple(m.stride()), m.storage_offset()
-    need = build.extent(size, stride, offset)
+    reals = 2 if t.dtype.is_complex else 1       # Note [Complex storage]
+    need = build.extent(size, stride, offset) * reals
     if need > t._st.numel:
-        _grow(t._st, need)
+        t._st.grow(need)
     restride(t, size, stride, offset)
     return t
-
-
-def _grow(st, numel: int) -> None:
-    if not st.dtype.is_complex:
-        st.grow(numel)
-        return
-    # Complex values are never compiled: grow on the CPU and upload the new storage.
-    flat = to_cpu(WseTensor(st, (st.numel,)), reason="fallback")
-    bigger = torch.cat([flat, torch.zeros(numel - st.numel, dtype=st.dtype)])
-    st.numel = numel
-    st.replace_buffer(from_cpu(bigger)._st.buf)
 
 
 @special(aten.arange.start_out)
