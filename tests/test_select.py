@@ -105,3 +105,109 @@ def test_resize_complex():
     cpu.resize_(2, 2)
     w.resize_(2, 2)
     assert_same(w.reshape(-1)[:3], cpu.reshape(-1)[:3])
+
+
+# ---- selections by a mask (Note [Compaction]) -------------------------------------------------
+
+def _pair(*shape, dtype=torch.float32):
+    cpu = torch.randn(shape).to(dtype) if shape else torch.randn(()).to(dtype)
+    return cpu, cpu.to("wse")
+
+
+@pytest.mark.parametrize("case", ["plain", "transposed", "broadcast mask", "empty", "none",
+                                  "0-dim"])
+def test_masked_select(case):
+    x, w = _pair(4, 5)
+    mask = x > 0
+    if case == "transposed":
+        x, w, mask = x.t(), w.t(), mask.t()
+    elif case == "broadcast mask":
+        mask = mask[0]
+    elif case == "empty":
+        x, w, mask = x[:0], w[:0], mask[:0]
+    elif case == "none":
+        mask = torch.zeros_like(mask)
+    elif case == "0-dim":
+        x, w, mask = x[0, 0], w[0, 0], torch.tensor(True)
+    lazydev.mark_step()
+    lazydev.metrics.reset()
+    out = torch.masked_select(w, mask.to("wse"))
+    assert_same(out, torch.masked_select(x, mask))
+    assert not _fallbacks()
+    assert lazydev.metrics.counters()["syncs"] <= 2    # the count, and the read of `out`
+
+
+def test_masked_select_backward():
+    x = torch.randn(3, 4)
+    grads = []
+    for dev in ("cpu", "wse"):
+        t = x.to(dev).requires_grad_()
+        out = torch.masked_select(t * 2, (t > 0) | (t < -1))
+        grads.append(torch.autograd.grad((out * out).sum(), t)[0])
+    assert_same(grads[1], grads[0])
+    assert not _fallbacks()
+
+
+@pytest.mark.parametrize("case", ["plain", "transposed", "broadcast", "empty"])
+def test_masked_scatter(case):
+    x, w = _pair(4, 5)
+    mask, src = x > 0, torch.arange(30.).reshape(5, 6)
+    if case == "transposed":
+        x, w, mask = x.t(), w.t(), mask.t()
+    elif case == "broadcast":
+        x, w = x[0], w[0]                       # self broadcast against a 2-d mask
+    elif case == "empty":
+        x, w, mask = x[:0], w[:0], mask[:0]
+    assert_same(w.masked_scatter(mask.to("wse"), src.to("wse")), x.masked_scatter(mask, src))
+    assert not _fallbacks()
+
+
+def test_masked_scatter_with_too_small_a_source_raises():
+    w = torch.zeros(3, device="wse")
+    out = w.masked_scatter(torch.ones(3, dtype=torch.bool, device="wse"),
+                           torch.ones(2, device="wse"))
+    with pytest.raises(IndexError):
+        out.cpu()
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 0, 3), (4, 1, 3)])
+@pytest.mark.parametrize("size", [0, 2, 20])
+def test_nonzero_static(shape, size):
+    x = (torch.randn(shape) > 0).float() if shape else torch.tensor(1.)
+    expected = torch.nonzero_static(x, size=size, fill_value=-5)
+    assert_same(torch.nonzero_static(x.to("wse"), size=size, fill_value=-5), expected)
+    if len(shape) == 2:
+        assert_same(torch.nonzero_static(x.to("wse").t(), size=size),
+                    torch.nonzero_static(x.t(), size=size))
+    assert not _fallbacks()
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1])
+def test_unique_consecutive(dim):
+    x = torch.tensor([[1., 1, 2], [1, 1, 2], [float("nan"), 3, 3], [float("nan"), 3, 3]])
+    for cpu in (x, x.t(), x[:0] if dim != 1 else x[:, :0]):
+        w = cpu.to("wse")
+        expected = torch.unique_consecutive(cpu, return_inverse=True, return_counts=True,
+                                            dim=dim)
+        actual = torch.unique_consecutive(w, return_inverse=True, return_counts=True, dim=dim)
+        assert_same(list(actual), list(expected))
+    assert not _fallbacks()
+
+
+def test_unique_consecutive_zero_sized_dims_raise_as_on_cpu():
+    with pytest.raises(RuntimeError, match="0 sized dimensions"):
+        torch.unique_consecutive(torch.zeros(2, 0, 3, device="wse"), dim=0)
+
+
+def test_allclose():
+    a = torch.randn(3, 4)
+    a[0, 0] = float("nan")
+    b = a + 1e-7
+    w = a.to("wse")
+    for equal_nan in (False, True):
+        assert torch.allclose(w, b.to("wse"), equal_nan=equal_nan) == \
+            torch.allclose(a, b, equal_nan=equal_nan)
+    assert torch.allclose(w[1], a[1:].to("wse"), rtol=10) == torch.allclose(a[1], a[1:], rtol=10)
+    assert not _fallbacks()
+    with pytest.raises(RuntimeError):
+        torch.allclose(w, w.double())

@@ -207,3 +207,6 @@ def _native_batch_norm(func, args, kwargs):
             write(stat, blended)
     from .wse_tensor import from_node
     return from_node(out), from_node(mean), from_node(invstd)
+
+
+from . import special_select  # noqa: E402,F401  (masked_select, unique_consecutive, allclose)

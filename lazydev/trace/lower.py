@@ -596,3 +596,4 @@ register(aten.select_scatter.default)(_view_scatter(torch.select))
 register(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
 
 from . import lower_nn  # noqa: E402,F401  (registers the native nn lowerings)
+from . import lower_select  # noqa: E402,F401  (masked_scatter, nonzero_static: Note [Compaction])
