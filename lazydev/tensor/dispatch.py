@@ -16,7 +16,8 @@ from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.state import current
-from .wse_tensor import WseTensor, from_node, restride, to_cpu, value, write, write_tensor
+from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
+                          write_tensor)
 
 aten = torch.ops.aten
 _HANDLERS: dict = {}
@@ -88,7 +89,7 @@ def _raise_deferred():
 
 def _choose(func):
     if func in SPECIAL:
-        return SPECIAL[func]
+        return _real_only(SPECIAL[func])
     if torch.Tag.inplace_view in func.tags:
         return inplace_view_op
     if _has_composite(func):
@@ -109,6 +110,17 @@ def _choose(func):
     if func in decomposition_table:
         return decomposed_op
     return fallback_op
+
+
+def _real_only(handler):
+    """A special handler that reads the value of a complex tensor (ComplexValue) runs the op on
+    the CPU instead: handlers are written for real values."""
+    def run(func, args, kwargs):
+        try:
+            return handler(func, args, kwargs)
+        except ComplexValue:
+            return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
+    return run
 
 
 def _has_composite(func) -> bool:

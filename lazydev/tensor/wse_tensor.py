@@ -6,6 +6,8 @@ different object would be lost): `_st` (the shared Storage, trace/state.py) and 
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..trace import build, sync
@@ -103,6 +105,13 @@ class WseTensor(torch.Tensor):
 # view of the same storage, compiled like any real tensor. value()/write() take real tensors
 # only: complex writes go through write_tensor, which writes the real view.
 
+class ComplexValue(TypeError):
+    """value()/write() of a complex tensor: complex values have no IR node."""
+
+    def __init__(self, dtype):
+        super().__init__(f"{dtype} values are not compiled on wse; this op cannot take them")
+
+
 def _reals_per_element(dtype) -> int:
     return 2 if dtype.is_complex else 1
 
@@ -119,7 +128,6 @@ def write_tensor(t: WseTensor, src: WseTensor) -> None:
     if not (t.dtype.is_complex or src.dtype.is_complex):
         write(t, value(src))
     elif not t.dtype.is_complex:
-        import warnings
         warnings.warn("Casting complex values to real discards the imaginary part", stacklevel=3)
         pairs = value(real_view(src))
         shape = pairs.shape[:-1]
@@ -151,7 +159,9 @@ def value(t: WseTensor) -> Node:
         return cache[2]
     if t._lz_meta[3] != st.numel:
         _regrown(t)
-    size, stride, offset, numel, _ = t._lz_meta
+    size, stride, offset, numel, dtype = t._lz_meta
+    if dtype is not st.dtype:
+        raise ComplexValue(t.dtype)
     if t._lz_full:
         node = st.value(size)
     else:
@@ -167,6 +177,8 @@ def write(t: WseTensor, node: Node) -> None:
     if t._lz_meta[3] != st.numel:
         _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
+    if dtype is not st.dtype:
+        raise ComplexValue(t.dtype)
     node = build.expand(build.cast(node, dtype), size)
     if t._lz_full:
         st.set_node(node)
