@@ -21,6 +21,7 @@ failure instead of ending the run.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -160,13 +161,19 @@ def _mark_host_tensors(op, samples: list, requires_grad: bool) -> None:
             samples[i] = _host_sample(sample, host)
 
 
-def _host_sample(sample, host: frozenset):
-    """A copy of `sample` that knows which of its tensors stay on the CPU."""
+@functools.cache
+def _host_sample_class():
     from torch.testing._internal.opinfo.core import SampleInput
 
     class HostSample(SampleInput):
+        """A sample that knows which of its tensors stay on the CPU (SampleInput has slots)."""
         __slots__ = ("host_tensors",)
-    out = HostSample(sample.input, args=sample.args, kwargs=sample.kwargs,
+    return HostSample
+
+
+def _host_sample(sample, host: frozenset):
+    """A copy of `sample` that knows which of its tensors stay on the CPU."""
+    out = _host_sample_class()(sample.input, args=sample.args, kwargs=sample.kwargs,
                      output_process_fn_grad=sample.output_process_fn_grad,
                      broadcasts_input=sample.broadcasts_input, name=sample.name)
     out.host_tensors = host
