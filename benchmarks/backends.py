@@ -58,7 +58,8 @@ def _wse() -> Backend:
     from lazydev.trace import state
     return Backend("wse", "wse", sync=lazydev.mark_step,
                    extra={"state": state, "metrics": lazydev.metrics,
-                          "device_peak_bytes": _device_peak_bytes})
+                          "device_peak_bytes": _device_peak_bytes,
+                          "tensor_class": lazydev.WseTensor})
 
 
 BACKENDS = {"eager": _eager, "lazy_ts": _lazy_ts, "compile": _compile, "wse": _wse}

@@ -42,6 +42,9 @@ typedef struct wse_lib {
                                const int64_t* p);
   void (*conv2d_bwd_weight_f32)(const float* gy, const float* x, float* gw,
                                 const int64_t* p);
+  /* LAPACK routine p[0] on row-major matrices (csrc/wse_linalg.c has the contract);
+     returns 0 or a WSE_ERR_* code. */
+  int (*linalg)(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
 } wse_lib_t;
 
 /* The single entry point every generated program exports. */
@@ -52,6 +55,8 @@ typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
 #define WSE_OK 0
 #define WSE_ERR_INDEX 1    /* errinfo[0] = index value, errinfo[1] = dim size */
 #define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
+#define WSE_ERR_LINALG 3   /* errinfo[0] = LAPACK info, [1] = batch index, [2] = check id */
+#define WSE_ERR_NO_LAPACK 4 /* the LAPACK routine could not be loaded */
 
 /* Conv parameter slots, so generated code need not hard-code offsets. */
 enum {
@@ -143,6 +148,16 @@ static inline float wse_remainderf(float a, float b) {
   float m = fmodf(a, b);
   if (m != 0 && ((b < 0) != (m < 0))) m += b;
   return m;
+}
+
+/* torch.lerp, ATen's formula (exact at both ends): |w| < 0.5 ? s + w*(e-s) : e - (e-s)*(1-w). */
+static inline double wse_lerp(double s, double e, double w) {
+  double d = e - s;
+  return fabs(w) < 0.5 ? s + w * d : e - d * (1.0 - w);
+}
+static inline float wse_lerpf(float s, float e, float w) {
+  float d = e - s;
+  return fabsf(w) < 0.5f ? s + w * d : e - d * (1.0f - w);
 }
 
 /* torch.div(..., rounding_mode="floor") for floats (ATen div_floor_floating). */

@@ -151,6 +151,8 @@ int wse_blas_load(const char* path) {
   void (*set_threads)(int) = (void (*)(int))dlsym(h, "scipy_openblas_set_num_threads");
   if (set_threads) set_threads(1);
   wse_kernels_set_blas((wse_sgemm_fn)s, (wse_dgemm_fn)d);
+  /* Without LAPACK symbols only the linalg routines fail (WSE_ERR_NO_LAPACK), not GEMM. */
+  wse_linalg_load(h);
   return 0;
 }
 

@@ -46,6 +46,8 @@ typedef void (*wse_dgemm_fn)(int order, int ta, int tb, int M, int N, int K,
                              double alpha, const double* A, int lda,
                              const double* B, int ldb, double beta, double* C, int ldc);
 void wse_kernels_set_blas(wse_sgemm_fn sgemm, wse_dgemm_fn dgemm);
+int wse_linalg_load(void* handle);   /* wse_linalg.c: 0 ok, 1 a LAPACK symbol is missing */
+int wse_linalg(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
 extern const wse_lib_t wse_kernels_lib;
 
 #ifdef __cplusplus

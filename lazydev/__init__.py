@@ -16,6 +16,12 @@ from .tensor import device as _device  # noqa: E402
 _device.register()
 
 from .tensor import special as _special  # noqa: E402,F401  (registers handlers)
+from .tensor import vjp as _vjp  # noqa: E402,F401  (registers the traced backward handlers)
+from .tensor import pool as _pool  # noqa: E402,F401  (registers the pooling handlers)
+from .tensor import conv as _conv  # noqa: E402,F401  (registers the convolution handlers)
+from .tensor import norm as _norm  # noqa: E402,F401  (registers the batch-norm handlers)
+from .tensor import pairwise as _pairwise  # noqa: E402,F401  (_trilinear, cdist, pdist)
+from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, aa resize)
 from .tensor.wse_tensor import WseTensor  # noqa: E402
 from .trace import sync as _sync  # noqa: E402
 

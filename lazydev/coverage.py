@@ -55,14 +55,7 @@ SKIPS: dict = {
 
 # Entries that still fail, with what is known about why. They stay "fail" in the report; the
 # test marks them xfail with this reason (and the failure found) so CI shows them, not hides them.
-KNOWN_FAILURES = {
-    "native_batch_norm": "eval mode: the decomposition returns save_mean/save_invstd of shape "
-                         "[C]; the CPU kernel returns empty tensors",
-    "nn.functional.adaptive_max_pool1d": "aten.adaptive_max_pool2d: its wse handler returns "
-                                         "NotImplemented; not fixed yet",
-    "nn.functional.adaptive_max_pool2d": "aten.adaptive_max_pool2d: its wse handler returns "
-                                         "NotImplemented; not fixed yet",
-}
+KNOWN_FAILURES: dict = {}
 
 # Entries whose output values are unspecified (uninitialised memory): only the shape and dtype
 # of their outputs are compared.

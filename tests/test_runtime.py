@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import lazydev.runtime as rt
+from conftest import assert_same
 from lazydev.runtime import Buffer, DeviceOutOfMemoryError, Program
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -563,3 +564,22 @@ def test_activation_helpers_match_torch(helpers):
     torch.testing.assert_close(helpers(15, xf, out_dtype=torch.float32),
                                torch.nn.functional.gelu(xf))
     torch.testing.assert_close(helpers(16, xf, out_dtype=torch.float32), grad.float())
+
+
+def test_repeated_loop_nests_are_compiled_once():
+    """Note [Kernel deduplication]: the same layer over other buffers and scalars is one kernel
+    function, called once per use; the values stay those of CPU eager."""
+    from lazydev import compile as lzc
+    torch.manual_seed(0)
+    x = torch.randn(16, 8)
+    ws = [torch.randn(8, 8) for _ in range(4)]
+    y, h = x.to("wse"), x
+    for i, w in enumerate(ws):
+        y = torch.tanh(y @ w.to("wse")) * (0.5 + i) + 0.25 * i
+        h = torch.tanh(h @ w) * (0.5 + i) + 0.25 * i
+    assert_same(y.cpu(), h)
+    units = lzc.last_compiled["units"]
+    layout = lzc.last_compiled["layout"]
+    defined = sum(u.count(") {\n  int err = 0;") for u in units)
+    assert layout.kernels == 8
+    assert defined == 2, units[-1]

@@ -180,6 +180,7 @@ REDUCE_INIT = {
     Op.ANY: lambda dt: "false", Op.ALL: lambda dt: "true",
     Op.RMAX: lambda dt: "(-INFINITY)" if dt.is_floating_point else _int_limit(dt, "MIN"),
     Op.RMIN: lambda dt: "INFINITY" if dt.is_floating_point else _int_limit(dt, "MAX"),
+    Op.SEQSUM: lambda dt: literal(0, dt),
 }
 
 
@@ -202,7 +203,7 @@ def acc_type(op: Op, dtype) -> str:
 def reduce_step(op: Op, dtype, acc: str, x: str) -> str:
     """A statement that folds `x` into `acc`."""
     isf = dtype.is_floating_point
-    if op is Op.SUM:
+    if op is Op.SUM or op is Op.SEQSUM:
         return f"{acc} += {x};"
     if op is Op.PROD:
         return f"{acc} *= {x};"

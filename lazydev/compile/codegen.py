@@ -17,6 +17,7 @@ from . import cexpr
 from .cbuilder import CBuilder
 from .cexpr import CodegenUnsupported, literal, vtype
 
+SPECIAL_PREFIX = "wsesp_"   # every function of csrc/wse_special.h
 PARALLEL_MIN = 32768       # elements (times inner work) below which a loop stays serial
 _DIV_OPS = {Op.FLOORDIV, Op.TRUNCDIV, Op.MOD, Op.FMOD}
 
@@ -43,6 +44,10 @@ class Emitter:
         self.ptrs = ptrs            # id(node) -> C pointer expression, for realized nodes
         self.realized = realized
         self.decls: dict = {}       # pointer variable -> declaration
+        # The kernel reads its buffers as P[i] and its runtime scalars as S[j]; the caller binds
+        # them (Note [Kernel deduplication] in program.py), so equal loop nests are equal text.
+        self.ptr_args: list = []    # C pointer expression per P index
+        self.scalar_args: dict = {}  # scalar slot -> S index
         self.uses_error = False
 
     # -- indices --------------------------------------------------------------------------------
@@ -81,7 +86,9 @@ class Emitter:
         if decl is None:
             name = f"p{len(self.decls)}"
             ct = cexpr.STORE_TYPE[n.dtype]
-            decl = self.decls[id(n)] = (name, f"{ct}* restrict {name} = ({ct}*)({self.ptrs[id(n)]});")
+            self.ptr_args.append(self.ptrs[id(n)])
+            decl = self.decls[id(n)] = (
+                name, f"{ct}* restrict {name} = ({ct}*)(P[{len(self.ptr_args) - 1}]);")
         return decl[0]
 
     def load(self, n: Node, idx: Idx) -> str:
@@ -140,7 +147,8 @@ def _leaf_const(e: Emitter, n: Node, idx: Idx) -> str:
 
 
 def _leaf_scalar(e: Emitter, n: Node, idx: Idx) -> str:
-    return f"(({vtype(n.dtype)})sc[{n.arg}])"
+    j = e.scalar_args.setdefault(n.arg, len(e.scalar_args))
+    return f"(({vtype(n.dtype)})S[{j}])"
 
 
 def _leaf_index(e: Emitter, n: Node, idx: Idx) -> str:
@@ -155,6 +163,20 @@ def _cast(e: Emitter, n: Node, idx: Idx) -> str:
 def _where(e: Emitter, n: Node, idx: Idx) -> str:
     c, a, b = (e.load(s, idx) for s in n.src)
     return f"({c} ? {a} : {b})"
+
+
+def _lerp(e: Emitter, n: Node, idx: Idx) -> str:
+    s, t, w = (e.load(x, idx) for x in n.src)
+    return f"wse_lerp{'f' if vtype(n.dtype) == 'float' else ''}({s}, {t}, {w})"
+
+
+def _special(e: Emitter, n: Node, idx: Idx) -> str:
+    """A call of csrc/wse_special.h: the `_f` instance for float sources (half and bfloat16
+    compute in float), the double one for float64; the unit gets the header (program.py)."""
+    name, *consts = n.arg
+    args = [e.load(s, idx) for s in n.src] + [str(c) for c in consts]
+    suffix = "_f" if vtype(n.src[0].dtype) == "float" else ""
+    return cexpr.round_half(n.dtype, f"{SPECIAL_PREFIX}{name}{suffix}({', '.join(args)})")
 
 
 def _expand(e: Emitter, n: Node, idx: Idx) -> str:
@@ -277,9 +299,9 @@ def _index_nd(e: Emitter, n: Node, idx: Idx) -> str:
 
 _RULES = {
     Op.CONST: _leaf_const, Op.SCALAR: _leaf_scalar, Op.INDEX: _leaf_index, Op.CAST: _cast,
-    Op.WHERE: _where, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
+    Op.WHERE: _where, Op.LERP: _lerp, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
     Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
-    Op.INDEX_ND: _index_nd,
+    Op.INDEX_ND: _index_nd, Op.SPECIAL: _special,
 }
 
 

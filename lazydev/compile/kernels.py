@@ -10,8 +10,8 @@ from .passes import matmul_operand
 from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
 from .cexpr import vtype
 
-KERNEL_ARGS = ("const wse_lib_t* lib, void* const* bufs, char* arena, "
-               "const double* restrict sc, int64_t* errinfo")
+KERNEL_ARGS = ("const wse_lib_t* lib, void* const* restrict P, const double* restrict S, "
+               "int64_t* errinfo")
 
 
 def _prod(shape) -> int:
@@ -126,20 +126,28 @@ def argreduction(e: Emitter, n: Node) -> None:
         _store(e, n, "o", "bi")
 
 
-def cumsum(e: Emitter, n: Node) -> None:
+# scan op -> (initial accumulator, statement folding element `x` into `acc`). The accumulator
+# is double for float/half values, as in PyTorch's CPU scans (acc_type); logcumsumexp's step is
+# PyTorch's _log_add_exp_helper (csrc/wse_special.h).
+_SCAN = {Op.CUMSUM: ("0", "acc += {x};"), Op.CUMPROD: ("1", "acc *= {x};"),
+         Op.LOGCUMSUMEXP: ("(-INFINITY)", "acc = wsesp_log_add_exp((double){x}, acc);")}
+
+
+def scan(e: Emitter, n: Node) -> None:
     x, axis, b = n.src[0], n.arg, e.b
     size = n.shape[axis]
     outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
     acc_t = cexpr.acc_type(Op.SUM, n.dtype)
+    init, step = _SCAN[n.op]
     _omp(b, n.numel)
     with b.block(f"for (int64_t o = 0; o < {_prod(outer_shape)}; o++)"):
         oi = Idx(outer_shape, flat="o")
         outer = [e.dim(oi, k) for k in range(len(outer_shape))]
-        b.line(f"{acc_t} acc = 0;")
+        b.line(f"{acc_t} acc = {init};")
         with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
             dims = outer[:axis] + ["r"] + outer[axis:]
             pos = Idx(n.shape, dims=dims)
-            b.line(f"acc += {e.load(x, Idx(x.shape, dims=dims))};")
+            b.line(step.format(x=e.load(x, Idx(x.shape, dims=dims))))
             _store(e, n, e.flat(pos), cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
 
 
@@ -238,22 +246,44 @@ def conv(e: Emitter, n: Node) -> None:
         e.b.line(f"lib->{fn}({e.ptr(first)}, {e.ptr(second)}, {e.ptr(n)}, cp);")
 
 
+def linalg(e: Emitter, n: Node) -> None:
+    """A LAPACK routine of csrc/wse_linalg.c; n.arg is its parameter list (Note [LAPACK nodes]
+    in trace/lower_linalg.py)."""
+    e.b.line(f"static const int64_t lp[] = {{{', '.join(map(str, n.arg))}}};")
+    ins = ", ".join(f"(const void*){e.ptr(s)}" for s in n.src)
+    e.b.line(f"const void* li[] = {{{ins}}};")
+    e.b.line(f"err = lib->linalg(lp, li, {e.ptr(n)}, errinfo);")
+
+
+def linalg_check(e: Emitter, n: Node) -> None:
+    """Fail the program at the first nonzero LAPACK info (Note [Deferred linalg errors])."""
+    info = e.ptr(n.src[0])
+    e.b.line(f"{e.ptr(n)}[0] = 0;")
+    with e.b.block(f"for (int64_t i = 0; i < {n.src[0].numel}; i++)"):
+        e.b.line(f"if ({info}[i] != 0) {{ WSE_FAIL(WSE_ERR_LINALG, {info}[i], i); "
+                 f"errinfo[2] = {n.arg}; break; }}")
+
+
 TEMPLATES = {
-    Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: cumsum,
+    Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: scan, Op.CUMPROD: scan,
+    Op.LOGCUMSUMEXP: scan,
     Op.SCATTER_STRIDED: scatter_strided, Op.INDEX_PUT: index_put, Op.SCATTER: scatter,
     Op.MATMUL: matmul, Op.CONV2D: conv, Op.CONV2D_BWD_INPUT: conv, Op.CONV2D_BWD_WEIGHT: conv,
+    Op.LINALG: linalg, Op.LINALG_CHECK: linalg_check,
 }
 
 
-def emit_kernel(name: str, n: Node, ptrs: dict, realized: set) -> str:
-    """The C function `name` that computes realized node `n` into its buffer."""
+def emit_kernel(n: Node, ptrs: dict, realized: set) -> tuple[str, list, list]:
+    """The body of the C function that computes realized node `n` into its buffer, with the
+    pointer expressions and scalar slots its caller binds to P[i] and S[j]."""
     body = CBuilder()
     body._indent = 1
     e = Emitter(body, ptrs, realized)
     template = TEMPLATES.get(n.op) or (reduction if n.op in REDUCE else pointwise)
     template(e, n)
-    lines = [f"WSE_KERNEL int {name}({KERNEL_ARGS}) {{", "  int err = 0; (void)err;"]
+    lines = ["  int err = 0; (void)err;"]
     lines += ["  " + decl for _, decl in e.decls.values()]
     lines += body.lines
     lines += ["  return err;", "}", ""]
-    return "\n".join(lines)
+    slots = sorted(e.scalar_args, key=e.scalar_args.get)
+    return "\n".join(lines), e.ptr_args, slots

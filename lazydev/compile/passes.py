@@ -148,6 +148,10 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
             realized.add(id(_producer(n.src[0])))   # broadcasting an expensive value: once
         if n.op in (Op.GATHER, Op.INDEX_ND) and not _cheap(n.src[0], realized):
             realized.add(id(_producer(n.src[0])))   # random access into an expensive value
+        if n.op is Op.SEQSUM and not _cheap(n.src[0], realized):
+            # SEQSUM reproduces a CPU kernel's float rounding: inlined, its operand's last
+            # product would be contracted into the sum (an fma) by the C compiler.
+            realized.add(id(_producer(n.src[0])))
     for n in order:
         if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
             realized.add(id(n))               # shared by several consumers: compute it once

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..trace.ir import Node, Op
 from . import cexpr
 from .cexpr import CodegenUnsupported
+from .codegen import SPECIAL_PREFIX
 from .kernels import KERNEL_ARGS, emit_kernel
 
 ALIGN = 64
@@ -74,8 +75,10 @@ def plan_arena(kernel_nodes: list[Node], scratch: set, reads: dict) -> tuple[dic
     return offsets, top
 
 
-def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str):
-    """C source and Layout for the scheduled graph."""
+def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
+             special: str = ""):
+    """C source and Layout for the scheduled graph. `special` (csrc/wse_special.h) is pasted
+    only into the units whose kernels call one of its functions."""
     for n in order:
         if n.dtype not in cexpr.SUPPORTED:
             raise CodegenUnsupported(f"dtype {n.dtype} is not supported by the wse compiler")
@@ -100,21 +103,40 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str)
     offsets, arena = plan_arena(kernel_nodes, scratch, _reads(order, realized))
     for nid, off in offsets.items():
         ptrs[nid] = f"arena + {off}"
-    kernels, calls = [], []
-    for i, n in enumerate(kernel_nodes):
-        kernels.append(f"/* {n!r} */\n{emit_kernel(f'k{i}', n, ptrs, realized)}")
-        calls.append(f"  if ((rc = k{i}(lib, bufs, arena, sc, errinfo))) return rc;")
-    units = _units(_preamble(prefix), kernels, _entry(nin + len(out_nbytes), calls))
+    kernels, calls, names = [], [], {}
+    for n in kernel_nodes:
+        body, ptr_args, slots = emit_kernel(n, ptrs, realized)
+        name = names.get(body)
+        if name is None:            # Note [Kernel deduplication]
+            name = names[body] = f"k{len(names)}"
+            kernels.append(f"/* {n!r} */\nWSE_KERNEL int {name}({KERNEL_ARGS}) {{\n{body}")
+        calls.append(_call(name, ptr_args, slots))
+    units = _units(_preamble(prefix), kernels, _entry(nin + len(out_nbytes), calls), special)
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order))
     return units, layout
 
 
-UNIT_LINES = 1200     # a translation unit of about this size is worth its own gcc process
+# Note [Kernel deduplication]
+# A kernel reads its buffers through P[i] and its runtime scalars through S[j], bound by the
+# call in wse_entry, never through fixed buffer or scalar slots. So the same loop nest over other
+# buffers (the same layer repeated, one optimizer update per parameter of a shape) is the same
+# text, emitted and compiled once: a transformer step has several times fewer distinct kernels
+# than kernel calls, and gcc time is what a cold first step costs.
+
+def _call(name: str, ptr_args: list, slots: list) -> str:
+    p = f"void* P[] = {{{', '.join(ptr_args)}}}; " if ptr_args else ""
+    sc = f"const double S[] = {{{', '.join(f'sc[{j}]' for j in slots)}}}; " if slots else ""
+    args = f"lib, {'P' if p else '0'}, {'S' if sc else '0'}, errinfo"
+    return f"  {{ {p}{sc}if ((rc = {name}({args}))) return rc; }}"
 
 
-def _units(preamble: str, kernels: list, entry: str) -> list:
+UNIT_LINES = 400      # a translation unit of about this size is worth its own gcc process
+
+
+def _units(preamble: str, kernels: list, entry: str, special: str = "") -> list:
     """Translation units compiled in parallel (compile/build.py): kernels split in balanced
-    chunks, one per core at most; the last unit also declares every kernel and has the entry."""
+    chunks, one per core at most; the last unit also declares every kernel and has the entry.
+    A unit whose kernels call a special function also gets `special` after the preamble."""
     lines = sum(k.count("\n") for k in kernels)
     n = max(1, min(os.cpu_count() or 1, -(-lines // UNIT_LINES)))
     chunks = [[] for _ in range(n)]
@@ -124,8 +146,11 @@ def _units(preamble: str, kernels: list, entry: str) -> list:
         chunks[i].append(k)
         sizes[i] += k.count("\n")
     decls = "\n".join(f"WSE_KERNEL int k{i}({KERNEL_ARGS});" for i in range(len(kernels)))
-    units = ["\n".join([preamble] + c) for c in chunks[:-1]]
-    units.append("\n".join([preamble, decls] + chunks[-1] + [entry]))
+    def head(chunk):
+        uses = special and any(SPECIAL_PREFIX in k for k in chunk)
+        return [preamble, special] if uses else [preamble]
+    units = ["\n".join(head(c) + c) for c in chunks[:-1]]
+    units.append("\n".join(head(chunks[-1]) + [decls] + chunks[-1] + [entry]))
     return units
 
 

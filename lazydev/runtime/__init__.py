@@ -13,9 +13,10 @@ from .device import (
     prefix_source,
     reset_peak,
     set_capacity,
+    special_source,
 )
 
 __all__ = [
     "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "memory_stats",
-    "prefix_source", "reset_peak", "set_capacity",
+    "prefix_source", "reset_peak", "set_capacity", "special_source",
 ]

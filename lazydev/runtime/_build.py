@@ -32,6 +32,7 @@ void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
 int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo);
 int     wse_blas_load(const char* path);
 const char* wse_prefix_source(void);
+const char* wse_special_source(void);
 void    wse_warmup(void);
 """
 
@@ -49,9 +50,22 @@ def c_string_literal(text: str) -> str:
     return "\n".join(out) if out else '""'
 
 
-def _read_prefix() -> str:
-    with open(os.path.join(_CSRC, "wse_prefix.h"), encoding="utf-8") as f:
+def _read(name: str) -> str:
+    with open(os.path.join(_CSRC, name), encoding="utf-8") as f:
         return f.read()
+
+
+def _inline_includes(text: str) -> str:
+    """Replace each `#include "wse_*.h"` line by that file's text (recursively): the embedded
+    header must be self-contained, generated code has no include path into csrc/."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        head = line.strip()
+        if head.startswith('#include "wse_') and head.endswith('.h"'):
+            out.append(_inline_includes(_read(head[len('#include "'):-1])))
+        else:
+            out.append(line)
+    return "".join(out)
 
 
 SOURCE = """
@@ -61,16 +75,23 @@ static const char wse_prefix_text[] =
 %s;
 
 const char* wse_prefix_source(void) { return wse_prefix_text; }
-""" % c_string_literal(_read_prefix())
+
+static const char wse_special_text[] =
+%s;
+
+const char* wse_special_source(void) { return wse_special_text; }
+""" % (c_string_literal(_read("wse_prefix.h")),
+       c_string_literal(_inline_includes(_read("wse_special.h"))))
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "_lazydev_wse",
     SOURCE,
-    sources=[os.path.join(_CSRC, "wse_runtime.c"), os.path.join(_CSRC, "wse_kernels.c")],
+    sources=[os.path.join(_CSRC, n) for n in ("wse_runtime.c", "wse_kernels.c", "wse_linalg.c")],
     include_dirs=[_CSRC],
-    depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h")],
+    depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h", "wse_special.h",
+                                              "wse_special_t.h")],
     extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=gnu11"],
     extra_link_args=["-fopenmp", "-ldl"],
 )

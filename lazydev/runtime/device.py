@@ -25,7 +25,7 @@ lib = _lazydev_wse.lib
 
 __all__ = [
     "DeviceOutOfMemoryError", "Buffer", "Program", "memory_stats", "set_capacity",
-    "reset_peak", "prefix_source", "blas_library_path",
+    "reset_peak", "prefix_source", "special_source", "blas_library_path",
 ]
 
 _ERRBUF_LEN = 4096
@@ -214,6 +214,13 @@ def prefix_source() -> str:
     return ffi.string(lib.wse_prefix_source()).decode("utf-8")
 
 
+@functools.lru_cache(maxsize=None)
+def special_source() -> str:
+    """Text of csrc/wse_special.h (template body inlined) as embedded at build time: pasted
+    after the prefix only into translation units that call a `wsesp_` function."""
+    return ffi.string(lib.wse_special_source()).decode("utf-8")
+
+
 def _check_env_capacity() -> None:
     # The C side falls back to 16 GiB on a malformed value; say so here.
     raw = os.environ.get("LAZYDEV_DEVICE_MEMORY")
@@ -261,7 +268,15 @@ class Program:
             raise _program_error(rc, err)
 
 
+# Error code -> errinfo list -> the exception to raise, for codes defined by upper layers
+# (WSE_ERR_LINALG: trace/lower_linalg.py).
+ERROR_DECODERS: dict = {}
+
+
 def _program_error(rc: int, err) -> Exception:
+    decode = ERROR_DECODERS.get(rc)
+    if decode is not None:
+        return decode([err[i] for i in range(4)])
     if rc == 1:
         return IndexError(f"index {err[0]} is out of bounds for dimension with size {err[1]}")
     if rc == 2:

@@ -103,6 +103,14 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pi
                     {"dtype": spec_dtype, "device": torch.device("wse", 0)})
 
 
+def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # Registered for the same reason as _arange: eye's kernel resizes an empty eye.m_out.
+    from torch._decomp import decomposition_table
+    return decomposition_table[torch.ops.aten.eye.m](
+        n, n if m is None else m, dtype=dtype or torch.get_default_dtype(),
+        device=torch.device("wse", 0))
+
+
 def _zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
     # _efficientzerotensor (autograd's zero gradients, e.g. sgn's): ordinary zeros on wse.
     return empty_tensor(size, dtype)
@@ -131,3 +139,10 @@ def register() -> None:
     _lib.impl("_efficientzerotensor", _zeros, "PrivateUse1")
     for name in ("arange", "arange.start", "arange.start_step"):
         _lib.impl(name, _arange, "PrivateUse1")
+    for name in ("eye", "eye.m"):
+        _lib.impl(name, _eye, "PrivateUse1")
+    # The autograd engine runs a non-CPU device's backward on a worker thread of its own; for
+    # wse every backward op is Python recording, so the hand-off to that thread (and the GIL
+    # ping-pong with it) is pure cost, about a tenth of a step's tracing. Run backward on the
+    # calling thread instead. This is thread-local: it applies to the thread importing lazydev.
+    torch._C._set_multithreading_enabled(False)

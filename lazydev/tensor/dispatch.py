@@ -15,7 +15,9 @@ from ..trace import build, meta, sync
 from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
+from ..trace.lower_linalg import DECOMPOSITIONS
 from ..trace.state import current
+from . import replay
 from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
                           write_tensor)
 
@@ -107,7 +109,7 @@ def _choose(func):
         return lowered_op
     if func.name().startswith("aten::_foreach_"):
         return foreach_op
-    if func in decomposition_table:
+    if func in decomposition_table or func in DECOMPOSITIONS:
         return decomposed_op
     return fallback_op
 
@@ -173,6 +175,9 @@ def _wrap(out):
 # ---- handlers ---------------------------------------------------------------------------------
 
 def lowered_op(func, args, kwargs):
+    out = replay.run_lowered(func, args, kwargs)
+    if out is not None:
+        return out
     try:
         spec = meta.infer(func, args, kwargs)
     except meta.MetaUnsupported as e:
@@ -209,7 +214,16 @@ def _complex(x) -> bool:
 def decomposed_op(func, args, kwargs):
     if _complex(args) or _complex(kwargs.values()) or _complex_out(func, args, kwargs):
         return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
-    return decomposition_table[func](*args, **kwargs)
+    own = DECOMPOSITIONS.get(func)
+    if own is not None:
+        try:
+            return own(*args, **kwargs)
+        except Unsupported as e:
+            return fallback_op(func, args, kwargs, why=str(e))
+    out = decomposition_table[func](*args, **kwargs)
+    if out is NotImplemented:       # the decomposition does not cover these arguments
+        return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
+    return out
 
 
 def _complex_out(func, args, kwargs) -> bool:
@@ -227,12 +241,17 @@ def composite_op(func, args, kwargs):
 
 
 def view_op(func, args, kwargs):
+    base = args[0] if args and type(args[0]) is WseTensor else None
+    if base is not None and not base.dtype.is_complex:
+        out = replay.run_view(func, args, kwargs, base)
+        if out is not None:
+            return out
     try:
         spec = meta.infer(func, args, kwargs)
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=str(e))
     base = next(a for a in args if isinstance(a, WseTensor))
-    if func in _BIT_VIEWS:
+    if func in _VALUE_VIEWS:
         return fallback_op(func, args, kwargs, why="a conjugate or negative view")
     real = base._st.dtype
 
@@ -248,9 +267,9 @@ def view_op(func, args, kwargs):
     return make(spec)
 
 
-# Views that set a conjugate or negative bit: wse values have no such bits, so these run on the
-# CPU (which resolves them) and return a copy.
-_BIT_VIEWS = frozenset({aten._conj.default, aten._neg_view.default})
+# Views that change the values read (PyTorch's conjugate and negative bits): wse values have no
+# such bits, so these run on the CPU (which resolves them) and return a copy.
+_VALUE_VIEWS = frozenset({aten._conj.default, aten._neg_view.default})
 
 
 def inplace_view_op(func, args, kwargs):
@@ -287,9 +306,15 @@ def _arg_types(func) -> list:
     return [str(a.type) for a in func._schema.arguments]
 
 
+_positions_cache: dict = {}
+
+
 def _mutated_positions(func):
-    return [i for i, a in enumerate(func._schema.arguments)
-            if a.alias_info is not None and a.alias_info.is_write]
+    found = _positions_cache.get(func)
+    if found is None:
+        found = _positions_cache[func] = [i for i, a in enumerate(func._schema.arguments)
+                                          if a.alias_info is not None and a.alias_info.is_write]
+    return found
 
 
 def _arg_at(func, pos, args, kwargs):
@@ -299,8 +324,11 @@ def _arg_at(func, pos, args, kwargs):
 
 def inplace_op(func, args, kwargs):
     fn = functional_variant(func)
-    result = dispatch(fn, args, kwargs)
     positions = _mutated_positions(func)
+    out = replay.run_inplace(func, fn, positions, args, kwargs)
+    if out is not None:
+        return out
+    result = dispatch(fn, args, kwargs)
     results = result if isinstance(result, (list, tuple)) else (result,)
     targets = [_arg_at(func, pos, args, kwargs) for pos in positions]
     for target, res in zip(targets, results):

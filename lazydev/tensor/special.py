@@ -184,29 +184,17 @@ def _empty_like(func, args, kwargs):
 __all__ = ["build", "_node_args"]
 
 
-@special(aten.native_batch_norm.default)
-def _native_batch_norm(func, args, kwargs):
-    """Training-mode batch norm recorded directly (the decomposition dispatches ~30 ops); it
-    also writes the running statistics, which the schema does not mark as mutated."""
-    from ..trace.build import as_node, cast
-    from ..trace.ir import Op
-    from ..trace.lower_nn import _bin, batch_norm_train
-    from .dispatch import decomposed_op
-    x, weight, bias, rmean, rvar, training, momentum, eps = (list(args) + [None] * 8)[:8]
-    if not training or x.dtype not in (torch.float32, torch.float64) or x.dim() < 2:
-        return decomposed_op(func, args, kwargs)
-    vals = [value(t) if isinstance(t, WseTensor) else None for t in (x, weight, bias)]
-    out, mean, invstd, var, n = batch_norm_train(vals[0], vals[1], vals[2], eps)
-    for stat, new in ((rmean, mean), (rvar, var)):
-        if isinstance(stat, WseTensor):
-            if stat is rvar:
-                new = _bin(Op.MUL, new, as_node(n / max(n - 1, 1), new.dtype))
-            old = cast(value(stat), new.dtype)
-            blended = _bin(Op.ADD, _bin(Op.MUL, old, as_node(1 - momentum, new.dtype)),
-                           _bin(Op.MUL, new, as_node(momentum, new.dtype)))
-            write(stat, blended)
-    from .wse_tensor import from_node
-    return from_node(out), from_node(mean), from_node(invstd)
+@special(aten.polygamma_.default)
+def _polygamma_(func, args, kwargs):
+    """x.polygamma_(n): its functional form takes (n, x), in the other order, so the generic
+    in-place path (tensor/dispatch.py functional_variant) does not find it."""
+    x, n = args[0], args[1] if len(args) > 1 else kwargs["n"]
+    out = dispatch(aten.polygamma.default, (n, x), {})
+    if out.dtype != x.dtype:
+        raise RuntimeError(f"result type {out.dtype} can't be cast to the desired output type "
+                           f"{x.dtype}")
+    write(x, value(out))
+    return x
 
 
 from . import special_select  # noqa: E402,F401  (masked_select, unique_consecutive, allclose)

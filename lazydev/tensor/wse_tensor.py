@@ -15,6 +15,15 @@ from ..trace.ir import Node, Op
 from ..trace.state import Storage, current
 
 WSE = torch.device("wse", 0)
+_STRIDES: dict = {}         # shape -> row-major strides
+
+
+def _dispatch(func, args, kwargs):
+    # Bound to tensor/dispatch.py's dispatch on first use (that module imports this one).
+    global _dispatch
+    from .dispatch import dispatch
+    _dispatch = dispatch
+    return dispatch(func, args, kwargs)
 
 
 class WseTensor(torch.Tensor):
@@ -38,6 +47,41 @@ class WseTensor(torch.Tensor):
             t._lz_cache = None
         else:
             t._set_meta(size, stride, offset, dtype)
+        return t
+
+    @classmethod
+    def fresh(cls, storage: Storage, size: tuple):
+        """A row-major tensor over all of a new `storage` (the fast path of __new__)."""
+        stride = _STRIDES.get(size)
+        if stride is None:
+            stride = _STRIDES[size] = build.contiguous_strides(size)
+        t = torch.Tensor._make_wrapper_subclass(cls, size, strides=stride, dtype=storage.dtype,
+                                                device=WSE)
+        t._st = storage
+        t._lz_meta = (size, stride, 0, storage.numel, storage.dtype)
+        t._lz_full = True
+        t._lz_cache = None
+        return t
+
+    @staticmethod
+    def view_meta(storage: Storage, size, stride, offset) -> tuple:
+        """(size, stride, offset, _lz_meta, _lz_full) of a view of `storage`, for `_view`."""
+        size, stride = tuple(size), tuple(stride)
+        numel = 1
+        for d in size:
+            numel *= d
+        full = offset == 0 and numel == storage.numel and build.is_contiguous(size, stride)
+        return size, stride, offset, (size, stride, offset, storage.numel, storage.dtype), full
+
+    @classmethod
+    def _view(cls, storage: Storage, size, stride, offset, meta, full):
+        """A view with metadata precomputed by `view_meta` (the replayed-view fast path)."""
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, size, strides=stride, storage_offset=offset, dtype=storage.dtype, device=WSE)
+        t._st = storage
+        t._lz_meta = meta
+        t._lz_full = full
+        t._lz_cache = None
         return t
 
     def _set_meta(self, size, stride, offset, dtype=None):
@@ -68,8 +112,7 @@ class WseTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from .dispatch import dispatch
-        return dispatch(func, args, kwargs or {})
+        return _dispatch(func, args, kwargs or {})
 
     # -- materialisation entry points that are not aten ops -------------------------------------
     def __repr__(self, *, tensor_contents=None):
@@ -211,7 +254,7 @@ def from_node(node: Node) -> WseTensor:
     numel = 1
     for d in node.shape:
         numel *= d
-    return WseTensor(Storage(numel, node.dtype, node=node), node.shape)
+    return WseTensor.fresh(Storage(numel, node.dtype, node=node), node.shape)
 
 
 def from_cpu(cpu: torch.Tensor) -> WseTensor:

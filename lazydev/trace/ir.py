@@ -22,6 +22,7 @@ class Op(IntEnum):
     SCALAR = 2      # arg = scalar slot; a float bound at run time (double)
     CONST = 3       # arg = a Python int/bool/float fixed at compile time
     INDEX = 4       # arg = dim; the coordinate along `dim` of the output position (int64)
+    PLACEHOLDER = 5  # arg = argument index; only inside replay plans (tensor/replay.py)
     # elementwise unary
     NEG = 10; ABS = 11; EXP = 12; LOG = 13; SQRT = 14; RSQRT = 15; SIN = 16; COS = 17
     TANH = 18; SIGMOID = 19; ERF = 20; FLOOR = 21; CEIL = 22; ROUND = 23; TRUNC = 24
@@ -38,6 +39,9 @@ class Op(IntEnum):
     SHL = 84; SHR = 85; HYPOT = 86; COPYSIGN = 87; NEXTAFTER = 88
     # elementwise ternary
     WHERE = 90
+    SPECIAL = 91    # arg = (name, *int constants): wsesp_<name>(srcs..., constants...), a special
+                    # function from csrc/wse_special.h (Bessel, gamma family, polynomials...)
+    LERP = 92       # src = (start, end, weight); torch.lerp
     # movement: change which element is read, never the values
     EXPAND = 100      # arg = None; src same rank, size-1 dims broadcast to `shape`
     RESHAPE = 101     # arg = None
@@ -52,6 +56,9 @@ class Op(IntEnum):
     ARGMAX = 124; ARGMIN = 125                      # arg = axis
     ANY = 126; ALL = 127
     CUMSUM = 128                                    # arg = axis; scan, output same shape
+    SEQSUM = 129    # arg = reduced axes; accumulates in the output dtype in index order, as
+                    # PyTorch's scalar CPU kernels do (SUM accumulates floats in double)
+    CUMPROD = 136; LOGCUMSUMEXP = 137               # arg = axis; scans like CUMSUM
     # materialising kernels
     SCATTER_STRIDED = 140   # arg = (size, stride, offset); src = (base, value): as_strided_scatter
     INDEX_PUT = 141         # arg = (first dim, n indices, index ndim, front, accumulate)
@@ -60,15 +67,18 @@ class Op(IntEnum):
     CONV2D = 151            # arg = params (stride, padding, dilation, groups)
     CONV2D_BWD_INPUT = 152  # src = (grad_out, weight)
     CONV2D_BWD_WEIGHT = 153  # src = (grad_out, input)
+    LINALG = 154            # arg = (routine, params); packed outputs (trace/lower_linalg.py)
+    LINALG_CHECK = 155      # arg = check id; src = (info,): fails the program if info != 0
 
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
-ELEMENTWISE = UNARY | BINARY | {Op.WHERE}
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140)
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
-LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT})
+LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT, Op.LINALG,
+                     Op.LINALG_CHECK})
 SCATTERS = frozenset({Op.SCATTER_STRIDED, Op.INDEX_PUT, Op.SCATTER})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 

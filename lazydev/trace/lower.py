@@ -206,6 +206,16 @@ def _full(spec, *args, **kwargs):
     return full(value, spec.dtype, spec.shape)
 
 
+@register(aten.ones_like.default)
+def _ones_like(spec, x, **_):
+    return full(1, spec.dtype, spec.shape)
+
+
+@register(aten.zeros_like.default)
+def _zeros_like(spec, x, **_):
+    return full(0, spec.dtype, spec.shape)
+
+
 @register(aten.full_like.default)
 def _full_like(spec, x, fill_value, **_):
     return full(fill_value, spec.dtype, spec.shape)
@@ -596,4 +606,6 @@ register(aten.select_scatter.default)(_view_scatter(torch.select))
 register(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
 
 from . import lower_nn  # noqa: E402,F401  (registers the native nn lowerings)
+from . import lower_special  # noqa: E402,F401  (registers the special-function lowerings)
+from . import lower_linalg  # noqa: E402,F401  (LAPACK-backed linear algebra)
 from . import lower_select  # noqa: E402,F401  (masked_scatter, nonzero_static: Note [Compaction])

@@ -164,10 +164,21 @@ def _layer_norm_backward(spec, grad, x, normalized_shape, mean, rstd, weight, bi
         inner = _bin(Op.SUB, _bin(Op.SUB, g, m1), _bin(Op.MUL, xhat, m2))
         outs[0] = _bin(Op.MUL, inner, rstd)
     if mask[1] and weight is not None:
-        outs[1] = cast(reduce(Op.SUM, _bin(Op.MUL, grad, xhat), batch, False, dt), weight.dtype)
+        xh = _fma_xhat(x, mean, rstd) if dt == torch.float32 else xhat
+        outs[1] = cast(reduce(Op.SUM, _bin(Op.MUL, grad, xh), batch, False, dt), weight.dtype)
     if mask[2] and bias is not None:
         outs[2] = cast(reduce(Op.SUM, grad, batch, False, dt), bias.dtype)
     return tuple(outs)
+
+
+def _fma_xhat(x: Node, mean: Node, rstd: Node) -> Node:
+    """x_hat as the CPU kernel computes it for the weight gradient: fma(rstd, x, -(rstd*mean))
+    with the product rstd*mean rounded to float32 first. (x - mean) * rstd rounds differently;
+    where x == mean (a normalised dim of size 1) the two differ by rstd's rounding error,
+    ~1e-5 for the default eps, which the weight gradient then shows."""
+    f64 = torch.float64
+    b = cast(_un(Op.NEG, _bin(Op.MUL, rstd, mean)), f64)
+    return cast(_bin(Op.ADD, _bin(Op.MUL, cast(rstd, f64), cast(x, f64)), b), torch.float32)
 
 
 _SQRT1_2 = math.sqrt(0.5)
@@ -219,15 +230,8 @@ def _lerp(spec, start, end, weight):
     dt = spec.dtype
     if not dt.is_floating_point:
         raise Unsupported("integer lerp")
-    s, e = cast(start, dt), cast(end, dt)
     w = as_node(weight, dt)
-    # ATen's formula: |w| < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
-    diff = ew(Op.SUB, dt, spec.shape, e, s)
-    low = ew(Op.ADD, dt, spec.shape, s, ew(Op.MUL, dt, spec.shape, w, diff))
-    high = ew(Op.SUB, dt, spec.shape, e,
-              ew(Op.MUL, dt, spec.shape, diff, ew(Op.SUB, dt, spec.shape, _k(1, w), w)))
-    small = ew(Op.LT, torch.bool, spec.shape, ew(Op.ABS, dt, spec.shape, w), _k(0.5, w))
-    return ew(Op.WHERE, dt, spec.shape, small, low, high)
+    return ew(Op.LERP, dt, spec.shape, cast(start, dt), cast(end, dt), w)
 
 
 def batch_norm_train(x: Node, weight, bias, eps: float):
@@ -389,3 +393,46 @@ def _lstm_cell_backward(spec, grad_hy, grad_cy, cx, cy, workspace, has_bias):
     if grad_bias is None and spec[2] is not None:
         grad_bias = full(0, dt, spec[2].shape)
     return grad_gates, grad_cx, grad_bias
+
+
+def _tri(keep_op: Op):
+    """tril (keep col - row <= diagonal) / triu (>=), zero elsewhere. The decomposition builds
+    the mask from two aranges; two INDEX leaves do it inside the one loop."""
+    def lower(spec, x, diagonal=0):
+        if len(spec.shape) < 2:
+            raise Unsupported("tril/triu of fewer than 2 dims")
+        nd, i64, shape = len(spec.shape), torch.int64, spec.shape
+        off = ew(Op.SUB, i64, shape, Node(Op.INDEX, i64, shape, (), nd - 1),
+                 Node(Op.INDEX, i64, shape, (), nd - 2))
+        keep = ew(keep_op, torch.bool, shape, off, as_node(int(diagonal), i64))
+        return ew(Op.WHERE, spec.dtype, shape, keep, cast(x, spec.dtype), as_node(0, spec.dtype))
+    return lower
+
+
+register(aten.tril.default)(_tri(Op.LE))
+register(aten.triu.default)(_tri(Op.GE))
+
+
+@register(aten._unsafe_view.default)
+def _unsafe_view(spec, x, size):
+    # Semantically reshape of a temporary (no alias survives): a logical reshape of its value.
+    return reshape(x, spec.shape)
+
+
+@register(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(spec, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """grad_weight[indices[i]] += grad[i], rows of padding_idx left zero (index_put, accumulate)."""
+    if scale_grad_by_freq:
+        raise Unsupported("scale_grad_by_freq: left to the decomposition")
+    d = spec.shape[-1]
+    n = 1
+    for s in indices.shape:
+        n *= s
+    idx = reshape(cast(indices, torch.int64), (n,))
+    g = reshape(cast(grad, spec.dtype), (n, d))
+    if padding_idx is not None and padding_idx >= 0:
+        pad = ew(Op.EQ, torch.bool, (n,), idx, as_node(int(padding_idx), torch.int64))
+        g = ew(Op.WHERE, spec.dtype, (n, d), expand(reshape(pad, (n, 1)), (n, d)),
+               as_node(0, spec.dtype), g)
+    zeros = full(0, spec.dtype, spec.shape)
+    return Node(Op.INDEX_PUT, spec.dtype, spec.shape, (zeros, g, idx), (0, 1, 1, False, True))

@@ -34,7 +34,8 @@ class Trace:
         self.inputs: list = []          # device buffers, by DATA slot
         self.origins: list = []         # per DATA slot: user source line of its upload, if known
         self.scalars: list = []         # Python floats, by SCALAR slot
-        self.live = weakref.WeakValueDictionary()   # serial -> pending Storage
+        self.live: dict = {}            # serial -> weakref to a pending Storage (may be dead)
+        self.keep: list = []            # storages computed at the next sync even if unreferenced
         self.nodes = 0                  # ops dispatched
         self.writes = 0                 # pending values created (for the runaway-trace guard)
         self.guard_at = _guard_threshold(0)
@@ -69,6 +70,18 @@ def runaway_guard(tr) -> None:
 
 
 _current = Trace()
+# Set while tensor/replay.py lowers an op on placeholders: a lowering that syncs, uploads or
+# downloads is not a pure function of its arguments' metadata and must not become a plan.
+building_plan = False
+
+
+class NotPure(Exception):
+    """Raised when an impure action happens while a replay plan is being built."""
+
+
+def check_pure() -> None:
+    if building_plan:
+        raise NotPure
 
 
 def current() -> Trace:
@@ -89,7 +102,7 @@ class Storage:
     """The shared value behind a tensor and its views (Note [Storage and value semantics])."""
 
     __slots__ = ("numel", "dtype", "buf", "node", "serial", "version", "error", "origin",
-                 "_slot_trace", "_slot", "_data_nodes", "__weakref__")
+                 "_slot_trace", "_slot", "_data_nodes", "_wref", "__weakref__")
 
     def __init__(self, numel: int, dtype: torch.dtype, buf=None, node: Node | None = None):
         self.numel = numel
@@ -103,6 +116,7 @@ class Storage:
         self._slot_trace = -1
         self._slot = -1
         self._data_nodes = None
+        self._wref = None
         if node is not None:
             self.set_node(node)
 
@@ -111,7 +125,10 @@ class Storage:
         self.node = node
         self.version += 1
         tr = _current
-        tr.live[self.serial] = self
+        ref = self._wref
+        if ref is None:
+            ref = self._wref = weakref.ref(self)
+        tr.live[self.serial] = ref
         tr.writes += 1
         if tr.writes >= tr.guard_at:
             runaway_guard(tr)
@@ -185,7 +202,7 @@ def scalar(value: float, dtype=torch.float64) -> Node:
 
 def pending_storages() -> list[Storage]:
     """Live storages with pending values, in creation order (deterministic step to step)."""
-    live = _current.live
-    out = [st for st in list(live.values()) if st.node is not None]
+    out = [st for st in [r() for r in _current.live.values()]
+           if st is not None and st.node is not None]
     out.sort(key=lambda st: st.serial)
     return out

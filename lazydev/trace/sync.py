@@ -19,11 +19,15 @@ from .. import log, metrics
 from ..config import config
 from . import state
 
-upload = _compile.upload
+def upload(cpu):
+    """A host -> device copy into a new buffer."""
+    state.check_pure()
+    return _compile.upload(cpu)
 
 
 def download(buf, dtype, numel):
     """A host read: waits for the program writing `buf`, raises its error if it failed."""
+    state.check_pure()
     _raise_failures(_compile.wait(buf))
     return _compile.download(buf, dtype, numel)
 
@@ -59,6 +63,7 @@ _step = {"start": time.perf_counter(), "compile": 0.0, "execute": 0.0, "syncs": 
 def sync(reason: str, needed: bool = True) -> None:
     """Cut the trace. needed=False is a read of values already computed: not a sync (it
     cuts nothing; a read after mark_step is the normal way to look at a loss)."""
+    state.check_pure()
     if not needed:
         return
     where = log.user_frame()

@@ -1,0 +1,121 @@
+"""Convolutions the CONV2D kernel does not take: 3-d, transposed, non-float32.
+
+The compiled kernel (trace/lower.py) handles 1-d/2-d float32 non-transposed convolution. Every
+other aten.convolution is written here as an im2col matmul in aten ops wse lowers: the padded
+input's windows by unfold (strided views), a dilation by a strided slice of the window, then one
+batched matmul per group. A transposed convolution is the convolution of the input with zeros
+inserted between its elements (the stride), padded by dilation * (k - 1) - padding, with the
+kernel flipped and its channel dims swapped. The backward is the traced vjp of the same function
+(Note [Backward by vjp], tensor/vjp.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..trace.build import Unsupported
+from ..trace.lower import _conv_ok
+from .dispatch import lowered_op
+from .vjp import Vjp, _backward, _RULES
+
+aten = torch.ops.aten
+
+
+def _native(x, transposed) -> bool:
+    try:
+        _conv_ok(x, transposed, x.dtype)
+    except Unsupported:
+        return False
+    return True
+
+
+def _conv(x, w, bias, stride, padding, dilation, groups):
+    """Non-transposed N-d convolution of a batched input as unfold + matmul."""
+    n = w.dim() - 2
+    pads = []
+    for d in reversed(range(n)):
+        pads += [padding[d], padding[d]]
+    xp = aten.constant_pad_nd(x, pads, 0.0) if any(pads) else x
+    for d in range(n):
+        span = dilation[d] * (w.shape[2 + d] - 1) + 1
+        xp = xp.unfold(2 + d, span, stride[d])
+        if dilation[d] > 1:
+            xp = xp[..., ::dilation[d]]     # unfold appends the window dim last
+    batch, out = x.shape[0], list(xp.shape[2:2 + n])
+    cin_g, cout, k = w.shape[1], w.shape[0], math.prod(w.shape[2:])
+    cols = xp.reshape(batch, groups, cin_g, math.prod(out), k)           # (N, G, Cg, O, K)
+    cols = cols.permute(0, 1, 3, 2, 4).reshape(batch, groups, math.prod(out), cin_g * k)
+    wg = w.reshape(groups, cout // groups, cin_g * k)                   # (G, Fg, Cg*K)
+    y = torch.matmul(cols, wg.transpose(1, 2).unsqueeze(0))             # (N, G, O, Fg)
+    y = y.permute(0, 1, 3, 2).reshape([batch, cout] + out)
+    if bias is not None:
+        y = y + bias.reshape([1, cout] + [1] * n)
+    return y
+
+
+def _zero_insert(x, stride):
+    """x with stride-1 zeros between neighbours along each spatial dim."""
+    for d, s in enumerate(stride):
+        if s == 1 or x.shape[2 + d] == 0:
+            continue
+        dim = 2 + d
+        size = x.shape[dim]
+        x = aten.constant_pad_nd(x.unsqueeze(dim + 1), [0] * (2 * (x.dim() - dim - 1)) + [0, s - 1])
+        x = x.reshape(list(x.shape[:dim]) + [size * s] + list(x.shape[dim + 2:]))
+        x = x.narrow(dim, 0, (size - 1) * s + 1)
+    return x
+
+
+def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    n = w.dim() - 2
+    stride, padding, dilation = (list(v) * (n if len(v) == 1 else 1)
+                                 for v in (stride, padding, dilation))
+    if not transposed:
+        return _conv(x, w, bias, stride, padding, dilation, groups)
+    output_padding = list(output_padding) * (n if len(output_padding) == 1 else 1)
+    z = _zero_insert(x, stride)
+    pads = []
+    for d in reversed(range(n)):
+        edge = dilation[d] * (w.shape[2 + d] - 1) - padding[d]
+        pads += [edge, edge + output_padding[d]]
+    z = aten.constant_pad_nd(z, pads, 0.0)
+    cin, cout_g = w.shape[0], w.shape[1]
+    wt = w.flip(list(range(2, 2 + n))).reshape([groups, cin // groups, cout_g] + list(w.shape[2:]))
+    wt = wt.transpose(1, 2).reshape([groups * cout_g, cin // groups] + list(w.shape[2:]))
+    return _conv(z, wt, bias, [1] * n, [0] * n, dilation, groups)
+
+
+def _convolution(func, args, kwargs):
+    x, transposed = args[0], args[6]
+    if _native(x, transposed):
+        return lowered_op(func, args, kwargs)
+    return convolution(*args, **kwargs)
+
+
+def _conv_backward_rule(a):
+    def fwd(x, w, b):
+        return convolution(x, w, b, a["stride"], a["padding"], a["dilation"], a["transposed"],
+                           a["output_padding"], a["groups"])
+    mask = tuple(a["output_mask"])
+    # Without a bias gradient wanted, bias_sizes may describe no bias at all ([0]).
+    bias = tuple(a["bias_sizes"]) if mask[2] and a["bias_sizes"] is not None else None
+    return Vjp(fwd, [a["input"], a["weight"], bias], [], [a["grad_output"]], mask=mask,
+               single=False)
+
+
+def _convolution_backward(func, args, kwargs):
+    x, transposed = args[1], args[7]
+    if _native(x, transposed):
+        return lowered_op(func, args, kwargs)
+    return _backward(func, args, kwargs)
+
+
+def register():
+    from .dispatch import SPECIAL
+    SPECIAL[aten.convolution.default] = _convolution
+    SPECIAL[aten.convolution_backward.default] = _convolution_backward
+    _RULES[aten.convolution_backward.default] = _conv_backward_rule
+
+
+register()

@@ -1,0 +1,197 @@
+"""Pooling for wse: forwards written as gathers over windows, backwards as their vjp.
+
+torch._decomp has no decomposition of avg_pool2d/3d, _adaptive_avg_pool3d, or the general case
+of adaptive_max_pool2d/3d (it returns NotImplemented when the input size is not a multiple of the
+output size). These are written here in aten ops that wse lowers: a window gather (unfold of
+the padded input, or an index with per-output window starts) and a reduction. Their backwards
+are traced vjps of the same functions (Note [Backward by vjp], tensor/vjp.py); the backwards of
+max pooling, which get the argmax indices, scatter-add the gradient at those indices.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .vjp import Vjp, decomposition, rule
+
+aten = torch.ops.aten
+
+
+def _ntuple(v, n: int, default=None) -> list:
+    if isinstance(v, int):
+        v = [v]
+    v = list(v) if v else list(default or [])
+    return v * n if len(v) == 1 else v
+
+
+def _out_size(size, k, s, p, ceil_mode) -> int:
+    """pooling_output_shape of ATen (dilation 1)."""
+    span = size + 2 * p - k + ((s - 1) if ceil_mode else 0)
+    out = span // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _along(v: torch.Tensor, d: int, n: int) -> torch.Tensor:
+    """A 1-d tensor shaped to broadcast along spatial dim d of n (trailing dims)."""
+    return v.reshape([-1] + [1] * (n - 1 - d))
+
+
+# ---- average pooling --------------------------------------------------------------------------
+
+def _avg_pool(n: int):
+    def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        k = _ntuple(kernel_size, n)
+        s, p = _ntuple(stride, n, k), _ntuple(padding, n, [0])
+        size = x.shape[-n:]
+        out = [_out_size(size[d], k[d], s[d], p[d], ceil_mode) for d in range(n)]
+        pads = []
+        for d in reversed(range(n)):    # constant_pad_nd lists the last dim first
+            extra = max(0, (out[d] - 1) * s[d] + k[d] - (size[d] + 2 * p[d]))
+            pads += [p[d], p[d] + extra]
+        xp = aten.constant_pad_nd(x, pads, 0.0)
+        first = x.dim() - n
+        for d in range(n):
+            xp = xp.unfold(first + d, k[d], s[d]).narrow(first + d, 0, out[d])
+        total = xp.sum(dim=tuple(range(-n, 0)))
+        if divisor_override:
+            return total / divisor_override
+        return total / _avg_counts(size, out, k, s, p, count_include_pad, x)
+    return avg_pool
+
+
+def _avg_counts(size, out, k, s, p, count_include_pad, x) -> torch.Tensor:
+    """ATen's divisor per output position: the window clipped to the padded input, or (without
+    count_include_pad) to the input."""
+    n = len(size)
+    count = None
+    for d in range(n):
+        start = torch.arange(out[d], device=x.device) * s[d] - p[d]
+        end = torch.clamp(start + k[d], max=size[d] + p[d])
+        if not count_include_pad:
+            start, end = torch.clamp(start, min=0), torch.clamp(end, max=size[d])
+        c = _along(end - start, d, n)
+        count = c if count is None else count * c
+    return count.to(x.dtype)
+
+
+decomposition(aten.avg_pool2d.default)(_avg_pool(2))
+decomposition(aten.avg_pool3d.default)(_avg_pool(3))
+
+
+def _avg_pool_backward(fwd):
+    """avg_poolNd_backward(grad_output, self, *params) is the vjp of avg_poolNd(self, *params)."""
+    def make(a):
+        params = [a[k] for k in ("kernel_size", "stride", "padding", "ceil_mode",
+                                 "count_include_pad", "divisor_override")]
+        return Vjp(lambda x: fwd(x, *params), [a["self"]], [], [a["grad_output"]])
+    return make
+
+
+rule(aten.avg_pool2d_backward.default)(_avg_pool_backward(_avg_pool(2)))
+rule(aten.avg_pool3d_backward.default)(_avg_pool_backward(_avg_pool(3)))
+
+
+# ---- adaptive pooling -------------------------------------------------------------------------
+
+def _adaptive_windows(size: int, out: int, device):
+    """Input index [out, K] of each element of each adaptive window (clamped into range), and
+    whether it is inside the window; window o is [floor(o*size/out), ceil((o+1)*size/out))."""
+    k = max(-(-(o + 1) * size // out) - (o * size // out) for o in range(out))
+    o = torch.arange(out, device=device)
+    start = o * size // out
+    end = ((o + 1) * size + out - 1) // out
+    idx = start.unsqueeze(1) + torch.arange(k, device=device)
+    return torch.clamp(idx, max=size - 1), idx < end.unsqueeze(1), end - start
+
+
+def _adaptive_gather(x, output_size):
+    """(values [..., O1..On, K], valid [O1..On, K], flat input index [O1..On, K]) over the
+    adaptive windows of the last n dims, K the product of the window extents."""
+    n = len(output_size)
+    size = x.shape[-n:]
+    wins = [_adaptive_windows(size[d], output_size[d], x.device) for d in range(n)]
+    idx, valid, flat = [], None, None
+    stride = math.prod(size)
+    for d, (i, v, _) in enumerate(wins):
+        stride //= size[d]
+        # dims (O1, K1, O2, K2, ...): window d occupies positions 2d, 2d+1
+        shape = [1] * (2 * d) + list(i.shape) + [1] * (2 * (n - 1 - d))
+        i, v = i.reshape(shape), v.reshape(shape)
+        idx.append(i)
+        valid = v if valid is None else valid & v
+        flat = i * stride if flat is None else flat + i * stride
+    vals = x[(Ellipsis, *idx)]
+    lead = x.dim() - n
+    order = list(range(lead)) + [lead + 2 * d for d in range(n)] + \
+        [lead + 2 * d + 1 for d in range(n)]
+    window = math.prod(w[0].shape[1] for w in wins)
+    vals = vals.permute(order).reshape(list(x.shape[:lead]) + list(output_size) + [window])
+
+    def spatial(t):
+        t = t.expand([output_size[d // 2] if d % 2 == 0 else wins[d // 2][0].shape[1]
+                      for d in range(2 * n)])
+        return t.permute([2 * d for d in range(n)] + [2 * d + 1 for d in range(n)]) \
+            .reshape(list(output_size) + [window])
+    return vals, spatial(valid), spatial(flat), [w[2] for w in wins]
+
+
+@decomposition(aten._adaptive_avg_pool3d.default)
+def _adaptive_avg_pool3d(x, output_size):
+    vals, valid, _, lengths = _adaptive_gather(x, list(output_size))
+    total = torch.where(valid, vals, 0).sum(-1)
+    count = None
+    for d, length in enumerate(lengths):
+        c = _along(length, d, 3)
+        count = c if count is None else count * c
+    return total / count.to(x.dtype)
+
+
+@rule(aten._adaptive_avg_pool3d_backward.default)
+def _adaptive_avg_pool3d_backward(a):
+    size = list(a["grad_output"].shape[-3:])
+    return Vjp(lambda x: _adaptive_avg_pool3d(x, size), [a["self"]], [],
+               [a["grad_output"]])
+
+
+def _adaptive_max_pool(n: int):
+    def adaptive_max_pool(x, output_size):
+        output_size = list(output_size)
+        if 0 in output_size:
+            shape = list(x.shape[:-n]) + output_size
+            return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
+        vals, valid, flat, _ = _adaptive_gather(x, output_size)
+        vals = torch.where(valid, vals, float("-inf"))
+        arg = vals.argmax(-1, keepdim=True)
+        index = torch.gather(flat.expand(vals.shape), -1, arg).squeeze(-1)
+        return vals.amax(-1), index
+    return adaptive_max_pool
+
+
+decomposition(aten.adaptive_max_pool2d.default)(_adaptive_max_pool(2))
+decomposition(aten.adaptive_max_pool3d.default)(_adaptive_max_pool(3))
+
+
+# ---- backwards of max pooling: scatter the gradient to the argmax -----------------------------
+
+def _to_argmax(n: int):
+    """*_backward(grad_output, self, ..., indices): grad_output added at the flat spatial
+    input index each output took its maximum from."""
+    def backward(grad, x, *params):
+        indices = params[-1]
+        lead = list(x.shape[:-n])
+        zeros = torch.zeros(lead + [math.prod(x.shape[-n:])], dtype=grad.dtype,
+                            device=grad.device)
+        return zeros.scatter_add(-1, indices.reshape(lead + [-1]), grad.reshape(lead + [-1])) \
+            .reshape(x.shape)
+    return backward
+
+
+for _op, _n in ((aten.adaptive_max_pool2d_backward, 2), (aten.adaptive_max_pool3d_backward, 3),
+                (aten.max_pool3d_with_indices_backward, 3),
+                (aten.fractional_max_pool2d_backward, 2),
+                (aten.fractional_max_pool3d_backward, 3)):
+    decomposition(_op.default)(_to_argmax(_n))

@@ -1,0 +1,354 @@
+"""Replay plans: an op's lowering recorded once per argument signature, then replayed.
+
+Note [Replay plans]
+Recording an op the general way (tensor/dispatch.py) walks its arguments, infers its output
+metadata, runs its lowering rule and wraps the result: tens of microseconds of Python. But a
+lowering is a function of its arguments' metadata only, so the first time an op is seen with a
+given signature (the op, every wse tensor's size/stride/offset/dtype, every int and special
+float), it is lowered on placeholders, one per tensor argument, and the nodes it builds become a
+plan: a list of node recipes whose sources are placeholders, earlier recipes, constant subgraphs
+and scalar slots. Replaying a plan costs one Node per recipe and nothing else.
+
+Float arguments are runtime scalars (Note [IR keys]), so they are not in the signature, except the
+values a lowering may branch on (0, 1, -1, non-finite). To prove a plan does not depend on the
+other float values, the lowering runs twice with two different probe values per float argument:
+the two graphs must be identical except for scalar slots that carry exactly the probes, so every
+runtime scalar comes straight from an argument (or is a constant of the lowering). Anything else
+(a scalar derived from an argument, a CPU tensor argument, an upload, an Unsupported lowering,
+any error) makes the signature "not replayable", and the op is recorded the general way.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import metrics
+from ..trace import state
+from ..trace.build import cast, scalar
+from ..trace.ir import Node, Op
+from ..trace.lower import LOWERINGS
+from ..trace.meta import _VALUE_SENSITIVE, Spec, infer
+from .wse_tensor import WseTensor, from_node, value, write
+
+_PLANS: dict = {}           # signature -> Plan, or None when not replayable
+_MAX_PLANS = 20000          # a bound against signatures that never repeat (growing shapes)
+_SPECIAL_FLOATS = (0.0, 1.0, -1.0)
+_PROBES = ((1.2345678912345, 0.8765432198765), (2.7182818284, 0.3183098861))
+_WRAPPED = {dt: f"cpu0-{dt}" for dt in (torch.float64, torch.float32, torch.float16,
+                                       torch.bfloat16)}
+_ATOMS = (int, bool, type(None), str, torch.dtype, torch.device, torch.layout,
+          torch.memory_format)
+
+
+class _NotReplayable(Exception):
+    pass
+
+
+class Plan:
+    """Recipes (op, dtype, shape, source refs, arg) in topological order. A ref indexes the
+    value list `inputs + consts + recipe results`; a SCALAR recipe has refs None and arg
+    ("arg", j) for the j-th float argument or ("const", v)."""
+
+    __slots__ = ("consts", "recipes", "out")
+
+    def __init__(self, consts, recipes, out):
+        self.consts, self.recipes, self.out = consts, recipes, out
+
+    def run(self, inputs: list, floats: list):
+        vals = inputs + self.consts
+        tr = state.current()
+        for op, dtype, shape, refs, arg in self.recipes:
+            if refs is None:                        # a runtime scalar
+                kind, v = arg
+                tr.scalars.append(floats[v] if kind == "arg" else v)
+                vals.append(Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1))
+            else:
+                vals.append(Node(op, dtype, shape, tuple([vals[i] for i in refs]), arg))
+        out = self.out
+        if type(out) is int:
+            return vals[out]
+        return tuple([None if i is None else vals[i] for i in out])
+
+
+# ---- signatures -------------------------------------------------------------------------------
+
+def signature(func, args, kwargs, tensors: list, floats: list):
+    """Hashable signature of a call; collects its wse tensors and floats in argument order."""
+    key = [func]
+    for a in args:
+        key.append(_part(a, tensors, floats))
+    if kwargs:
+        for k, v in kwargs.items():
+            key.append(k)
+            key.append(_part(v, tensors, floats))
+    return tuple(key)
+
+
+def _part(a, tensors, floats):
+    t = type(a)
+    if t is WseTensor:
+        tensors.append(a)
+        return a._lz_meta
+    if t is float:
+        floats.append(a)
+        return _float_part(a)
+    if t is list or t is tuple:
+        return (t, tuple([_part(x, tensors, floats) for x in a]))
+    if t in _ATOMS:
+        return a
+    if t is torch.Tensor and a.dtype in _WRAPPED and a.dim() == 0 and a.device.type == "cpu":
+        v = a.item()                # a Python number wrapped by PyTorch (x * 0.9): a float
+        floats.append(v)
+        return (_WRAPPED[a.dtype], _float_part(v))
+    raise _NotReplayable        # other CPU tensors, complex numbers, symbolic sizes, ...
+
+
+def _float_part(v: float):
+    """A float's part of a signature: its value if a lowering may branch on it, else `float`."""
+    if v in _SPECIAL_FLOATS:
+        return v
+    return float if v - v == 0.0 else repr(v)      # inf/nan: by value (nan != nan as a key)
+
+
+# ---- building a plan --------------------------------------------------------------------------
+
+def _probe(a: float, i: int, probe_set: int) -> float:
+    """The value standing in for the i-th float argument `a` while a plan is built."""
+    if a in _SPECIAL_FLOATS or a - a != 0.0:
+        return a                    # part of the signature: the real value
+    return _PROBES[i % 2][probe_set] + i
+
+
+def _substitute(a, holders: list, probes: list, probe_set: int):
+    """The arguments as the lowering would get them (tensor/dispatch.py _node_args), with wse
+    tensors replaced by placeholders and floats by probes. Runs inside the scratch trace."""
+    t = type(a)
+    if t is WseTensor:
+        size, _, _, _, dtype = a._lz_meta
+        n = Node(Op.PLACEHOLDER, dtype, size, (), len(holders))
+        holders.append(n)
+        return n
+    if t is float:
+        v = _probe(a, len(probes), probe_set)
+        probes.append(v)
+        return v
+    if t is torch.Tensor:           # a 0-dim float CPU tensor (a wrapped Python number)
+        v = _probe(a.item(), len(probes), probe_set)
+        probes.append(v)
+        return cast(scalar(v), a.dtype)
+    if t is list or t is tuple:
+        return t(_substitute(x, holders, probes, probe_set) for x in a)
+    return a
+
+
+def _lower_on_placeholders(fn, spec, args, kwargs, probe_set: int):
+    """One run of `fn` on placeholders; returns (outputs, probes, scratch trace)."""
+    holders, probes = [], []
+    saved = state._current
+    scratch = state._current = state.Trace()
+    state.building_plan = True
+    try:
+        pargs = _substitute(args, holders, probes, probe_set)
+        pkw = {k: _substitute(v, holders, probes, probe_set) for k, v in kwargs.items()}
+        out = fn(spec, *pargs, **pkw)
+    finally:
+        state._current = saved
+        state.building_plan = False
+    if scratch.inputs or len(scratch.live):
+        raise _NotReplayable        # the lowering uploaded or wrote data
+    return out, probes, scratch
+
+
+def _linearise(out, n_inputs: int, probes: list, scalars: list):
+    """Outputs built on placeholders -> (consts, recipes, out refs, comparable form)."""
+    outs = [out] if isinstance(out, Node) else list(out)
+    if not all(o is None or isinstance(o, Node) for o in outs):
+        raise _NotReplayable
+    from ..trace.ir import toposort
+    order = toposort([o for o in outs if o is not None])
+    live = set()                    # ids of nodes that depend on placeholders or scalars
+    for n in order:
+        if n.op in (Op.PLACEHOLDER, Op.SCALAR) or any(id(s) in live for s in n.src):
+            live.add(id(n))
+    consts, ref = [], {}
+    for n in order:
+        if n.op is Op.PLACEHOLDER:
+            ref[id(n)] = n.arg
+    for n in order:                 # constant subgraphs used by live nodes: shared objects
+        if id(n) in live:
+            for s in n.src:
+                if id(s) not in live and id(s) not in ref:
+                    ref[id(s)] = n_inputs + len(consts)
+                    consts.append(s)
+    for o in outs:
+        if o is not None and id(o) not in live and id(o) not in ref:
+            ref[id(o)] = n_inputs + len(consts)
+            consts.append(o)
+    base = n_inputs + len(consts)
+    recipes = []
+    for n in order:
+        if id(n) not in live or n.op is Op.PLACEHOLDER:
+            continue
+        if n.op is Op.SCALAR:
+            arg = _scalar_source(scalars[n.arg], probes)
+            recipes.append((Op.SCALAR, n.dtype, (), None, arg))
+        else:
+            recipes.append((n.op, n.dtype, n.shape, tuple([ref[id(s)] for s in n.src]), n.arg))
+        ref[id(n)] = base + len(recipes) - 1
+    out_refs = ref[id(out)] if isinstance(out, Node) else \
+        tuple([None if o is None else ref[id(o)] for o in outs])
+    return consts, recipes, out_refs, (tuple(c.key for c in consts), tuple(recipes), out_refs)
+
+
+def _scalar_source(v: float, probes: list):
+    """Where a runtime scalar's value comes from: a float argument (its probe) or a constant
+    (special float arguments are in the signature, so they are constants of the plan)."""
+    hits = [j for j, p in enumerate(probes) if p == v and p not in _SPECIAL_FLOATS]
+    if len(hits) > 1:
+        raise _NotReplayable        # ambiguous; cannot happen with distinct probes
+    return ("arg", hits[0]) if hits else ("const", v)
+
+
+def build(lowered, fn, args, kwargs, n_inputs: int) -> Plan:
+    """Plan of lowering rule `fn` of op `lowered`: lowered twice with different probes, kept
+    if both runs agree (Note [Replay plans])."""
+    spec = infer(lowered, args, kwargs)
+    if _has_complex(spec):
+        raise _NotReplayable
+    forms = []
+    for probe_set in (0, 1):
+        out, probes, scratch = _lower_on_placeholders(fn, spec, args, kwargs, probe_set)
+        forms.append(_linearise(out, n_inputs, probes, scratch.scalars))
+    if forms[0][3] != forms[1][3]:
+        raise _NotReplayable        # the graph depends on a float argument's value
+    consts, recipes, out_refs, _ = forms[0]
+    return Plan(consts, recipes, out_refs)
+
+
+def _has_complex(spec) -> bool:
+    if isinstance(spec, Spec):
+        return spec.dtype.is_complex
+    if isinstance(spec, tuple):
+        return any(_has_complex(s) for s in spec)
+    return False
+
+
+# ---- entry points (called by the handlers in tensor/dispatch.py) ------------------------------
+
+def _lookup(func, args, kwargs, make):
+    """(plan, tensors, floats) for this call, or None when it must be recorded the general way.
+    `make(tensors)` builds a new plan or raises."""
+    tensors, floats = [], []
+    try:
+        key = signature(func, args, kwargs, tensors, floats)
+        plan = _PLANS[key]
+    except _NotReplayable:
+        return None
+    except KeyError:
+        plan = _new_plan(key, func, make, tensors)
+    except TypeError:               # an unhashable argument
+        return None
+    if plan is None:
+        return None
+    return plan, tensors, floats
+
+
+def _new_plan(key, func, make, tensors):
+    plan = None
+    if func not in _VALUE_SENSITIVE and not any(t.dtype.is_complex for t in tensors):
+        try:
+            plan = make(tensors)
+        except Exception:           # noqa: BLE001 - the general path decides what happens
+            plan = None
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+    metrics.count("replay_plans" if plan is not None else "replay_refused")
+    return plan
+
+
+def run_lowered(func, args, kwargs):
+    """A functional op through its plan: its new wse tensor(s), or None (general path)."""
+    found = _lookup(func, args, kwargs,
+                    lambda ts: build(func, LOWERINGS[func], args, kwargs, len(ts)))
+    if found is None:
+        return None
+    plan, tensors, floats = found
+    out = plan.run([value(t) for t in tensors], floats)
+    if type(out) is tuple:
+        return tuple([None if o is None else from_node(o) for o in out])
+    return from_node(out)
+
+
+def run_inplace(func, fn, positions, args, kwargs):
+    """In-place op `func` through the plan of its functional variant `fn`: the written tensor,
+    or None (general path)."""
+    found = _lookup(func, args, kwargs, lambda ts: _inplace_plan(fn, positions, args, kwargs, ts))
+    if found is None:
+        return None
+    plan, tensors, floats = found
+    out = plan.run([value(t) for t in tensors], floats)
+    if type(out) is not tuple:
+        out = (out,)
+    for p, o in zip(positions, out):
+        write(args[p], o)
+    return args[positions[0]]
+
+
+def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
+    lower = LOWERINGS.get(fn)
+    if lower is None or not positions or positions[-1] >= len(args):
+        raise _NotReplayable
+    plan = build(fn, lower, args, kwargs, len(tensors))
+    outs = [plan.out] if type(plan.out) is int else list(plan.out)
+    for p, ref in zip(positions, outs):
+        target = args[p]
+        if type(target) is not WseTensor or ref is None:
+            raise _NotReplayable
+        shape = _ref_shape(plan, ref, tensors)
+        if shape != tuple(target.shape):
+            raise _NotReplayable    # a result of another shape: the general path decides
+    return plan
+
+
+def _ref_shape(plan, ref, tensors):
+    n_in = len(tensors)
+    if ref < n_in:
+        return tuple(tensors[ref].shape)
+    if ref < n_in + len(plan.consts):
+        return plan.consts[ref - n_in].shape
+    return plan.recipes[ref - n_in - len(plan.consts)][2]
+
+
+def run_view(func, args, kwargs, base):
+    """A view op: new wse tensors over `base`'s storage from the cached output metadata, or None
+    (general path). The plan here is just the output specs."""
+    tensors: list = []
+    try:
+        key = signature(func, args, kwargs, tensors, [])
+        specs = _PLANS[key]
+    except KeyError:
+        specs = _PLANS[key] = _view_specs(func, args, kwargs, base)
+    except (_NotReplayable, TypeError):
+        return None
+    if specs is None:
+        return None
+    st = base._st
+    if type(specs) is list:         # several views (split, unbind, ...)
+        return tuple([WseTensor._view(st, *s) for s in specs])
+    return WseTensor._view(st, *specs)
+
+
+def _view_specs(func, args, kwargs, base):
+    try:
+        spec = infer(func, args, kwargs)
+    except Exception:               # noqa: BLE001 - the general path raises or falls back
+        return None
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    if not specs or any(s is None or s.dtype != base.dtype for s in specs):
+        return None
+    made = [WseTensor.view_meta(base._st, s.shape, s.stride, s.offset) for s in specs]
+    return made if isinstance(spec, tuple) else made[0]
+
+
+def clear() -> None:
+    _PLANS.clear()

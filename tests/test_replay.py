@@ -1,0 +1,117 @@
+"""Replay plans (tensor/replay.py): an op recorded through its plan must build the same values as
+the general path, float arguments must stay runtime values, and signatures a plan cannot
+represent must fall back to the general path."""
+import torch
+
+import lazydev
+from lazydev.tensor import replay
+from lazydev.trace.lower import LOWERINGS
+
+from conftest import assert_same
+
+aten = torch.ops.aten
+
+
+def _counts():
+    c = lazydev.metrics.counters()
+    return c.get("replay_plans", 0), c.get("replay_refused", 0)
+
+
+def test_float_arguments_are_runtime_values_not_plan_constants():
+    x, y = torch.randn(64, 32), torch.randn(64, 32)
+    wx, wy = x.to("wse"), y.to("wse")
+    lazydev.mark_step()
+    compiles = []
+    for alpha in (0.5, 0.25, -3.0, 7.125):
+        got = torch.add(wx, wy, alpha=alpha) * alpha
+        got = got.cpu()
+        compiles.append(lazydev.metrics.counters()["compilations"])
+        assert_same(got, torch.add(x, y, alpha=alpha) * alpha)
+    # One program for every non-special alpha: the values are scalar slots of one graph.
+    assert compiles[1:] == compiles[:1] * 3
+
+
+def test_special_floats_get_their_own_plans():
+    x, y = torch.randn(40), torch.randn(40)
+    wx, wy = x.to("wse"), y.to("wse")
+    for alpha in (1.0, 0.0, -1.0, 0.3, float("inf"), float("nan")):
+        assert_same(torch.add(wx, wy, alpha=alpha).cpu(), torch.add(x, y, alpha=alpha))
+        assert_same(torch.sub(wx, 0.0 if alpha != alpha else alpha).cpu(),
+                    torch.sub(x, 0.0 if alpha != alpha else alpha))
+
+
+def test_in_place_through_a_plan_writes_through_views():
+    base = torch.randn(6, 8)
+    wbase = base.to("wse")
+    g = torch.randn(8, 3)
+    for lr in (0.1, 0.2):
+        base.t()[:, 2:5].mul_(lr).add_(g, alpha=-lr)
+        wbase.t()[:, 2:5].mul_(lr).add_(g.to("wse"), alpha=-lr)
+    assert_same(wbase.cpu(), base)
+
+
+def test_wrapped_python_numbers_replay():
+    x = torch.randn(300)
+    w = x.to("wse")
+    for c in (0.9, 0.1, 2.0):
+        assert_same(torch.tanh(w * c + c).cpu(), torch.tanh(x * c + c))
+    h = torch.randn(50).half()
+    assert_same((h.to("wse") * 0.3).cpu(), h * 0.3)
+
+
+def test_a_plan_is_built_once_per_signature_and_reused():
+    replay.clear()
+    x = torch.randn(16, 16).to("wse")
+    before = _counts()
+    for s in (0.5, 1.5, 2.5):
+        torch.mul(x, s).relu_()
+    after = _counts()
+    assert after[0] - before[0] == 2          # mul.Tensor (wrapped number) and relu_
+    lazydev.mark_step()
+
+
+def test_a_lowering_that_depends_on_a_float_value_is_refused():
+    # A made-up lowering that branches on its float argument: the two probe runs build
+    # different graphs, so no plan may be made from it.
+    def branching(spec, x, other, alpha=1):
+        from lazydev.trace.build import as_node, ew
+        from lazydev.trace.ir import Op
+        op = Op.ADD if alpha > 1.0 else Op.SUB
+        return ew(op, spec.dtype, spec.shape, x, as_node(alpha, spec.dtype))
+    x, y = torch.randn(8), torch.randn(8)
+    wx, wy = x.to("wse"), y.to("wse")
+    try:
+        replay.build(aten.add.Tensor, branching, (wx, wy), {"alpha": 0.7}, 2)
+    except replay._NotReplayable:
+        pass
+    else:
+        raise AssertionError("a value-dependent lowering was turned into a plan")
+    plan = replay.build(aten.add.Tensor, LOWERINGS[aten.add.Tensor], (wx, wy), {"alpha": 0.7}, 2)
+    assert plan.recipes
+
+
+def test_cpu_tensor_arguments_take_the_general_path():
+    x = torch.randn(5, 3)
+    idx = torch.tensor([4, 0, 2])
+    got = x.to("wse")[idx]                   # a CPU index tensor: not replayable
+    assert_same(got.cpu(), x[idx])
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def test_a_lowering_that_syncs_is_refused_and_runs_the_general_way():
+    # A lowering that reads data (here: uploads a CPU tensor) is not a function of metadata.
+    from lazydev.trace.build import ew
+    from lazydev.trace.ir import Op
+
+    def uploading(spec, x, other, alpha=1):
+        from lazydev.tensor.wse_tensor import from_cpu, value
+        extra = value(from_cpu(torch.ones(spec.shape)))
+        return ew(Op.ADD, spec.dtype, spec.shape, x, extra)
+    wx, wy = torch.randn(8).to("wse"), torch.randn(8).to("wse")
+    try:
+        replay.build(aten.add.Tensor, uploading, (wx, wy), {}, 2)
+    except Exception as e:                              # noqa: BLE001
+        assert type(e).__name__ == "NotPure", e
+    else:
+        raise AssertionError("an uploading lowering was turned into a plan")
+    assert not lazydev.trace.state.building_plan
