@@ -475,4 +475,5 @@ const wse_lib_t wse_kernels_lib = {
     .conv2d_bwd_input_f32 = conv2d_bwd_input_f32,
     .conv2d_bwd_weight_f32 = conv2d_bwd_weight_f32,
     .linalg = wse_linalg,
+    .argsort = wse_argsort,
 };

@@ -26,7 +26,7 @@
 
 enum {
   R_TRSM = 1, R_POTRF, R_POTRI, R_GETRF, R_GETRS, R_PERM, R_GEQRF, R_ORGQR, R_ORMQR,
-  R_QR, R_GESDD, R_SYEVD, R_SYTRF, R_SYTRS, R_GELS, R_EXPM,
+  R_QR, R_GESDD, R_SYEVD, R_SYTRF, R_SYTRS, R_GELS,
 };
 
 /* Fortran LAPACK, 32-bit integers.  Character arguments get their hidden
@@ -57,13 +57,11 @@ typedef void (*gelsy_t)(const int*, const int*, const int*, double*, const int*,
                         const int*, int*, const double*, int*, double*, const int*, int*);
 typedef void (*trsm_t)(int, int, int, int, int, int, int, double, const double*, int, double*,
                        int);
-typedef void (*gemm_t)(int, int, int, int, int, int, double, const double*, int, const double*,
-                       int, double, double*, int);
 
 static struct {
   getrf_t getrf; getrs_t getrs; potrf_t potrf, potri; geqrf_t geqrf; orgqr_t orgqr;
   ormqr_t ormqr; gesdd_t gesdd; syevd_t syevd; sytrf_t sytrf; sytrs_t sytrs; gels_t gels;
-  gelsy_t gelsy; trsm_t trsm; gemm_t gemm;
+  gelsy_t gelsy; trsm_t trsm;
 } L;
 static int g_loaded = 0;
 
@@ -73,7 +71,7 @@ int wse_linalg_load(void* h) {
   SYM(potri, "scipy_dpotri_"); SYM(geqrf, "scipy_dgeqrf_"); SYM(orgqr, "scipy_dorgqr_");
   SYM(ormqr, "scipy_dormqr_"); SYM(gesdd, "scipy_dgesdd_"); SYM(syevd, "scipy_dsyevd_");
   SYM(sytrf, "scipy_dsytrf_"); SYM(sytrs, "scipy_dsytrs_"); SYM(gels, "scipy_dgels_");
-  SYM(gelsy, "scipy_dgelsy_"); SYM(trsm, "scipy_cblas_dtrsm"); SYM(gemm, "scipy_cblas_dgemm");
+  SYM(gelsy, "scipy_dgelsy_"); SYM(trsm, "scipy_cblas_dtrsm");
 #undef SYM
   g_loaded = 1;
   return 0;
@@ -451,45 +449,6 @@ static void gels_one(const call_t* c, int64_t b) {
   free(jpvt);
 }
 
-/* c := a b for column-major n x n matrices. */
-static void mm(const double* a, const double* b, double* c, int64_t n) {
-  L.gemm(102, 111, 111, (int)n, (int)n, (int)n, 1.0, a, (int)n, b, (int)n, 0.0, c, (int)n);
-}
-
-/* p = {n} -> exp(A) by scaling and squaring: A / 2^s has 1-norm <= 1/2, where a degree-18
-   Taylor polynomial (Horner) is exact to double precision; then s squarings.  In double, so
-   it agrees with PyTorch's float32 Taylor/Pade-style evaluation (LinearAlgebra.cpp mexp) to
-   float precision. A non-finite input gives NaN, as there. */
-static void expm_one(const call_t* c, int64_t b) {
-  int64_t n = c->p[0], nn = n * n;
-  double* a = dalloc(3 * nn);
-  double *e = a + nn, *t = e + nn, norm = 0;
-  load(c->in[0], c->dbl, b * nn, n, n, a, n);
-  for (int64_t j = 0; j < n; j++) {
-    double col = 0;
-    for (int64_t i = 0; i < n; i++) col += fabs(a[i + j * n]);
-    norm = col > norm || col != col ? col : norm;
-  }
-  if (!isfinite(norm)) {
-    for (int64_t i = 0; i < nn; i++) e[i] = NAN;
-  } else {
-    int s = norm > 0.5 ? (int)ceil(log2(norm / 0.5)) : 0;
-    double scale = ldexp(1.0, -s);
-    for (int64_t i = 0; i < nn; i++) a[i] *= scale;
-    for (int64_t i = 0; i < nn; i++) e[i] = i % (n + 1) == 0;   /* E = I */
-    for (int d = 18; d >= 1; d--) {                              /* E = I + A E / d */
-      mm(a, e, t, n);
-      for (int64_t i = 0; i < nn; i++) e[i] = t[i] / d + (i % (n + 1) == 0);
-    }
-    for (int i = 0; i < s; i++) {
-      mm(e, e, t, n);
-      memcpy(e, t, (size_t)nn * sizeof(double));
-    }
-  }
-  store(e, n, n, n, c->out, c->dbl, b * nn);
-  free(a);
-}
-
 /* ---- entry point ----------------------------------------------------------- */
 
 typedef void (*one_fn)(const call_t*, int64_t);
@@ -513,7 +472,6 @@ static one_fn routine_fn(int64_t r) {
     case R_SYTRF: return sytrf_one;
     case R_SYTRS: return sytrs_one;
     case R_GELS: return gels_one;
-    case R_EXPM: return expm_one;
     default: return NULL;
   }
 }

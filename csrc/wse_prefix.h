@@ -45,7 +45,18 @@ typedef struct wse_lib {
   /* LAPACK routine p[0] on row-major matrices (csrc/wse_linalg.c has the contract);
      returns 0 or a WSE_ERR_* code. */
   int (*linalg)(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
+  /* Stable sort of every row along the middle axis of a contiguous
+     [outer, n, inner] array of dtype dt (WSE_DT_*): writes each row's sorting
+     permutation to idx (same layout).  NaN sorts as the largest value. */
+  void (*argsort)(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
+                  int descending, int64_t* idx);
 } wse_lib_t;
+
+/* dtype codes of library kernels that take any dtype (lib->argsort). */
+enum {
+  WSE_DT_F32, WSE_DT_F64, WSE_DT_F16, WSE_DT_BF16, WSE_DT_I64, WSE_DT_I32,
+  WSE_DT_I16, WSE_DT_I8, WSE_DT_U8, WSE_DT_BOOL
+};
 
 /* The single entry point every generated program exports. */
 typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,

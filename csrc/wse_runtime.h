@@ -49,6 +49,8 @@ void wse_kernels_set_blas(wse_sgemm_fn sgemm, wse_dgemm_fn dgemm);
 int wse_linalg_load(void* handle);   /* wse_linalg.c: 0 ok, 1 a LAPACK symbol is missing */
 int wse_linalg(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
 extern const wse_lib_t wse_kernels_lib;
+void wse_argsort(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
+                 int descending, int64_t* idx);   /* wse_sort.c */
 
 #ifdef __cplusplus
 }

@@ -54,7 +54,6 @@ CASES = {
     "pinv": (torch.linalg.pinv, lambda: (torch.randn(3, 5),)),
     "lstsq": (lambda a, b: torch.linalg.lstsq(a, b, driver="gels")[:2],
               lambda: (torch.randn(5, 3), torch.randn(5, 2))),
-    "matrix_exp": (torch.linalg.matrix_exp, lambda: (torch.randn(2, 4, 4),)),
 }
 
 

@@ -1,5 +1,6 @@
-"""Ops whose output shape depends on values (nonzero, masked_select, unique, ...) and in-place
-growth (resize_, set_): results and fallback counts against the CPU."""
+"""In-place growth (resize_, set_), complex tensors aliasing their real views, and selections by a
+mask (masked_select, masked_scatter, nonzero_static, unique_consecutive, allclose): results and
+fallback counts against the CPU, on non-contiguous and empty inputs too."""
 import pytest
 import torch
 
@@ -107,7 +108,7 @@ def test_resize_complex():
     assert_same(w.reshape(-1)[:3], cpu.reshape(-1)[:3])
 
 
-# ---- selections by a mask (Note [Compaction]) -------------------------------------------------
+# ---- selections by a mask ---------------------------------------------------------------------
 
 def _pair(*shape, dtype=torch.float32):
     cpu = torch.randn(shape).to(dtype) if shape else torch.randn(()).to(dtype)
@@ -162,12 +163,17 @@ def test_masked_scatter(case):
     assert not _fallbacks()
 
 
-def test_masked_scatter_with_too_small_a_source_raises():
+@pytest.mark.parametrize("n_source", [0, 2])
+def test_masked_scatter_with_too_small_a_source_raises(n_source):
     w = torch.zeros(3, device="wse")
     out = w.masked_scatter(torch.ones(3, dtype=torch.bool, device="wse"),
-                           torch.ones(2, device="wse"))
+                           torch.ones(n_source, device="wse"))
     with pytest.raises(IndexError):
         out.cpu()
+    w, empty = torch.zeros(3, device="wse"), torch.ones(0, device="wse")
+    # An empty source is fine for an empty mask.
+    assert_same(w.masked_scatter(torch.zeros(3, dtype=torch.bool, device="wse"), empty),
+                torch.zeros(3))
 
 
 @pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 0, 3), (4, 1, 3)])

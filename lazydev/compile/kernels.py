@@ -126,6 +126,21 @@ def argreduction(e: Emitter, n: Node) -> None:
         _store(e, n, "o", "bi")
 
 
+def scan(e: Emitter, n: Node, axis: int, init: str, step) -> None:
+    """Row-wise scan along `axis`: per row, the `init` statement; then at each position r the
+    statements step(dims) emits, storing the value it returns there."""
+    b, size = e.b, n.shape[axis]
+    outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
+    _omp(b, n.numel)
+    with b.block(f"for (int64_t o = 0; o < {_prod(outer_shape)}; o++)"):
+        oi = Idx(outer_shape, flat="o")
+        outer = [e.dim(oi, k) for k in range(len(outer_shape))]
+        b.line(init)
+        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
+            dims = outer[:axis] + ["r"] + outer[axis:]
+            _store(e, n, e.flat(Idx(n.shape, dims=dims)), step(dims))
+
+
 # scan op -> (initial accumulator, statement folding element `x` into `acc`). The accumulator
 # is double for float/half values, as in PyTorch's CPU scans (acc_type); logcumsumexp's step is
 # PyTorch's _log_add_exp_helper (csrc/wse_special.h).
@@ -133,22 +148,15 @@ _SCAN = {Op.CUMSUM: ("0", "acc += {x};"), Op.CUMPROD: ("1", "acc *= {x};"),
          Op.LOGCUMSUMEXP: ("(-INFINITY)", "acc = wsesp_log_add_exp((double){x}, acc);")}
 
 
-def scan(e: Emitter, n: Node) -> None:
-    x, axis, b = n.src[0], n.arg, e.b
-    size = n.shape[axis]
-    outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
-    acc_t = cexpr.acc_type(Op.SUM, n.dtype)
-    init, step = _SCAN[n.op]
-    _omp(b, n.numel)
-    with b.block(f"for (int64_t o = 0; o < {_prod(outer_shape)}; o++)"):
-        oi = Idx(outer_shape, flat="o")
-        outer = [e.dim(oi, k) for k in range(len(outer_shape))]
-        b.line(f"{acc_t} acc = {init};")
-        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
-            dims = outer[:axis] + ["r"] + outer[axis:]
-            pos = Idx(n.shape, dims=dims)
-            b.line(step.format(x=e.load(x, Idx(x.shape, dims=dims))))
-            _store(e, n, e.flat(pos), cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+def value_scan(e: Emitter, n: Node) -> None:
+    """cumsum / cumprod / logcumsumexp: a running accumulator per row."""
+    x = n.src[0]
+    init, fold = _SCAN[n.op]
+
+    def step(dims):
+        e.b.line(fold.format(x=e.load(x, Idx(x.shape, dims=dims))))
+        return cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc")
+    scan(e, n, n.arg, f"{cexpr.acc_type(Op.SUM, n.dtype)} acc = {init};", step)
 
 
 def _copy_base(e: Emitter, n: Node, base: Node) -> None:
@@ -157,10 +165,14 @@ def _copy_base(e: Emitter, n: Node, base: Node) -> None:
         _store(e, n, "i", e.load(base, Idx(base.shape, flat="i")))
 
 
-def _write(e: Emitter, n: Node, flat: str, value: str, accumulate: bool) -> None:
-    if accumulate:
+# SCATTER's reduce argument -> the binary op that folds a value into the element it hits.
+SCATTER_REDUCE = {None: None, "add": Op.ADD, "mul": Op.MUL, "max": Op.MAX, "min": Op.MIN}
+
+
+def _write(e: Emitter, n: Node, flat: str, value: str, combine: Op | None) -> None:
+    if combine is not None:
         cur = cexpr.load_expr(n.dtype, f"{e.ptr(n)}[{flat}]")
-        value = cexpr.binary(Op.ADD, n.dtype, cur, value)
+        value = cexpr.binary(combine, n.dtype, cur, value)
     _store(e, n, flat, value)
 
 
@@ -188,7 +200,7 @@ def index_put(e: Emitter, n: Node) -> None:
         vi = Idx(v.shape, flat="j")
         dims = index_nd_dims(e, x, indices, (first, count, ind_nd, front), vi)
         target = e.flat(Idx(x.shape, dims=dims))
-        _write(e, n, target, e.load(v, vi), accumulate)
+        _write(e, n, target, e.load(v, vi), Op.ADD if accumulate else None)
 
 
 def scatter(e: Emitter, n: Node) -> None:
@@ -200,7 +212,7 @@ def scatter(e: Emitter, n: Node) -> None:
         dims = [e.dim(ii, k) for k in range(len(index.shape))]
         i = e.checked_index(e.load(index, ii), x.shape[dim])
         target = e.flat(Idx(x.shape, dims=[i if k == dim else d for k, d in enumerate(dims)]))
-        _write(e, n, target, e.load(value, Idx(value.shape, dims=dims)), reduce == "add")
+        _write(e, n, target, e.load(value, Idx(value.shape, dims=dims)), SCATTER_REDUCE[reduce])
 
 
 def _gemm_operand(e: Emitter, s: Node):
@@ -265,8 +277,8 @@ def linalg_check(e: Emitter, n: Node) -> None:
 
 
 TEMPLATES = {
-    Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: scan, Op.CUMPROD: scan,
-    Op.LOGCUMSUMEXP: scan,
+    Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: value_scan,
+    Op.CUMPROD: value_scan, Op.LOGCUMSUMEXP: value_scan,
     Op.SCATTER_STRIDED: scatter_strided, Op.INDEX_PUT: index_put, Op.SCATTER: scatter,
     Op.MATMUL: matmul, Op.CONV2D: conv, Op.CONV2D_BWD_INPUT: conv, Op.CONV2D_BWD_WEIGHT: conv,
     Op.LINALG: linalg, Op.LINALG_CHECK: linalg_check,
@@ -287,3 +299,6 @@ def emit_kernel(n: Node, ptrs: dict, realized: set) -> tuple[str, list, list]:
     lines += ["  return err;", "}", ""]
     slots = sorted(e.scalar_args, key=e.scalar_args.get)
     return "\n".join(lines), e.ptr_args, slots
+
+
+from . import kernels_sort  # noqa: E402,F401  (registers the sort/search/scan row templates)

@@ -88,7 +88,8 @@ ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "_lazydev_wse",
     SOURCE,
-    sources=[os.path.join(_CSRC, n) for n in ("wse_runtime.c", "wse_kernels.c", "wse_linalg.c")],
+    sources=[os.path.join(_CSRC, n) for n in ("wse_runtime.c", "wse_kernels.c", "wse_linalg.c",
+                                              "wse_sort.c")],
     include_dirs=[_CSRC],
     depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h", "wse_special.h",
                                               "wse_special_t.h")],

@@ -81,6 +81,14 @@ def _equal(func, args, kwargs):
     return torch.equal(a, b)
 
 
+@special(aten.allclose.default)
+def _allclose(func, args, kwargs):
+    """isclose(...).all() compiled; only the Python bool is read (a sync)."""
+    close = dispatch(aten.isclose.default, args, kwargs)
+    every = dispatch(aten.all.default, (close,), {})
+    return bool(to_cpu(every, reason="allclose").item())
+
+
 def _random(draw):
     """In-place random op: draw on the CPU into a fresh tensor and write it."""
     def handler(func, args, kwargs):
@@ -197,4 +205,4 @@ def _polygamma_(func, args, kwargs):
     return x
 
 
-from . import special_select  # noqa: E402,F401  (masked_select, unique_consecutive, allclose)
+from . import special_sort  # noqa: E402,F401  (sorting/selection handlers that read values)

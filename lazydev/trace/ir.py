@@ -63,22 +63,27 @@ class Op(IntEnum):
     SCATTER_STRIDED = 140   # arg = (size, stride, offset); src = (base, value): as_strided_scatter
     INDEX_PUT = 141         # arg = (first dim, n indices, index ndim, front, accumulate)
     SCATTER = 142           # arg = (dim, reduce); src = (base, index, value); reduce None|'add'
+    #                         |'mul'|'max'|'min' (the element hit is combined with the value)
     MATMUL = 150            # batched (..., M, K) @ (..., K, N)
     CONV2D = 151            # arg = params (stride, padding, dilation, groups)
     CONV2D_BWD_INPUT = 152  # src = (grad_out, weight)
     CONV2D_BWD_WEIGHT = 153  # src = (grad_out, input)
     LINALG = 154            # arg = (routine, params); packed outputs (trace/lower_linalg.py)
     LINALG_CHECK = 155      # arg = check id; src = (info,): fails the program if info != 0
+    # row kernels (trace/lower_sort.py): int64 positions along one axis
+    SORT = 170          # arg = (axis, descending); stable sorting permutation of each row
+    SEARCHSORTED = 171  # arg = right; src = (sorted rows [.., N], values [.., M]) or 1-d rows
+    CUMARG = 172        # arg = (axis, is_max); index of the running max/min (cummax/cummin)
 
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
 ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
-REDUCE = frozenset(op for op in Op if 120 <= op < 140)
+REDUCE = frozenset(op for op in Op if 120 <= op < 140) | {Op.CUMARG}
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
 LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT, Op.LINALG,
-                     Op.LINALG_CHECK})
+                     Op.LINALG_CHECK, Op.SORT, Op.SEARCHSORTED})
 SCATTERS = frozenset({Op.SCATTER_STRIDED, Op.INDEX_PUT, Op.SCATTER})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 

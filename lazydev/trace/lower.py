@@ -403,6 +403,11 @@ def _index_put(spec, x, indices, values, accumulate=False):
         raise Unsupported("index_put with non-adjacent index tensors")
     # The region written has the shape aten.index would return; values broadcast to it.
     region = x.shape[:dims[0]] + bshape + x.shape[dims[0] + len(dims):]
+    fits = len(values.shape) <= len(region) and all(
+        v in (1, r) for v, r in zip(reversed(values.shape), reversed(region)))
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot "
+                           f"be broadcast to indexing result of shape {list(region)}")
     v = expand(cast(values, spec.dtype), region)
     arg = (dims[0], len(dims), len(bshape), False, bool(accumulate))
     return Node(Op.INDEX_PUT, spec.dtype, spec.shape, (x, v) + idx, arg)
@@ -413,19 +418,27 @@ def _scatter_add(spec, x, dim, index, src):
     return _scatter(spec, x, dim, index, src, reduce="add")
 
 
+_SCATTER_REDUCE = {None: None, "add": "add", "sum": "add", "multiply": "mul"}
+
+
 @register(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
 def _scatter(spec, x, dim, index, src, reduce=None):
-    if reduce not in (None, "add", "sum"):
+    if reduce not in _SCATTER_REDUCE:
         raise Unsupported(f"scatter reduce={reduce!r}")
-    add = reduce in ("add", "sum")
-    if not x.shape:
-        raise Unsupported("0-dim scatter")
-    dim = dim % len(x.shape)
     if isinstance(src, Node) and src.shape:
         value = cast(src, spec.dtype)
     else:
         value = expand(as_node(src, spec.dtype), index.shape)
-    return Node(Op.SCATTER, spec.dtype, spec.shape, (x, index, value), (dim, "add" if add else None))
+    return scatter(x, dim, index, value, _SCATTER_REDUCE[reduce])
+
+
+def scatter(x: Node, dim: int, index: Node, value: Node, reduce=None) -> Node:
+    """A SCATTER node (torch.scatter semantics); a 0-dim scatter is one of a 1-element row."""
+    if not x.shape:
+        one = (1,)
+        out = scatter(reshape(x, one), 0, reshape(index, one), reshape(value, one), reduce)
+        return reshape(out, ())
+    return Node(Op.SCATTER, x.dtype, x.shape, (x, index, value), (dim % len(x.shape), reduce))
 
 
 # ---- matmul and convolution -------------------------------------------------------------------
@@ -608,4 +621,4 @@ register(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
 from . import lower_nn  # noqa: E402,F401  (registers the native nn lowerings)
 from . import lower_special  # noqa: E402,F401  (registers the special-function lowerings)
 from . import lower_linalg  # noqa: E402,F401  (LAPACK-backed linear algebra)
-from . import lower_select  # noqa: E402,F401  (masked_scatter, nonzero_static: Note [Compaction])
+from . import lower_sort  # noqa: E402,F401  (sorting, selection, scatter-reduce lowerings)

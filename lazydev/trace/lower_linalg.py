@@ -11,9 +11,11 @@ factors included. LAPACK's info never syncs: `_linalg_check_errors` records a LI
 node that the next sync computes, and a nonzero info fails that program with the error the
 CPU would have raised (Note [Deferred linalg errors]).
 
-Ops whose CPU kernel looks at strides (solve and det factor A^T when A is contiguous, and
-their backward formulas rely on it) are decomposed at the tensor level instead (DECOMPOSITIONS,
-run by tensor/dispatch.py), exactly as ATen composes them.
+Composite ops (solve, inv, det, slogdet, pinv) are decomposed at the tensor level instead
+(DECOMPOSITIONS, run by tensor/dispatch.py), exactly as ATen composes them: det and slogdet,
+for one, factor A^T when A is contiguous and return that LU, which only the tensor level can
+see. Ops without a meta kernel (geqrf, lstsq) are node decompositions: they map value nodes to
+nodes themselves.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ DECOMPOSITIONS: dict = {}       # aten op -> function over tensors (see the modu
 # Routine ids of csrc/wse_linalg.c (its enum); the params of each are documented there.
 ROUTINES = {"trsm": 1, "potrf": 2, "potri": 3, "getrf": 4, "getrs": 5, "perm": 6, "geqrf": 7,
             "orgqr": 8, "ormqr": 9, "qr": 10, "gesdd": 11, "syevd": 12, "sytrf": 13,
-            "sytrs": 14, "gels": 15, "expm": 16}
+            "sytrs": 14, "gels": 15}
 
 
 def decomposition(*ops):
@@ -406,10 +408,9 @@ def _lu_det_P(pivots):
 
 
 def _lu_of_transpose_if_contiguous(A):
-    """ATen factors A^T when A is contiguous (no copy to column-major); backward formulas
-    check the same condition, so the LU they get must be the same one."""
-    use_A_T = A.is_contiguous()
-    return use_A_T, aten.linalg_lu_factor_ex.default(A.mT if use_A_T else A)
+    """The LU that ATen's _linalg_det and _linalg_slogdet factor and return: of A^T when A is
+    contiguous (it saves them a copy to column-major), else of A."""
+    return aten.linalg_lu_factor_ex.default(A.mT if A.is_contiguous() else A)
 
 
 @decomposition(aten._linalg_solve_ex.default)
@@ -434,13 +435,13 @@ def _linalg_inv_ex(A, *, check_errors=False):
 
 @decomposition(aten._linalg_det.default)
 def _linalg_det(A):
-    _, (LU, pivots, _) = _lu_of_transpose_if_contiguous(A)
+    LU, pivots, _ = _lu_of_transpose_if_contiguous(A)
     return _lu_det_P(pivots) * LU.diagonal(0, -2, -1).prod(-1), LU, pivots
 
 
 @decomposition(aten._linalg_slogdet.default)
 def _linalg_slogdet(A):
-    _, (LU, pivots, _) = _lu_of_transpose_if_contiguous(A)
+    LU, pivots, _ = _lu_of_transpose_if_contiguous(A)
     diag = LU.diagonal(0, -2, -1)
     sign = diag.sign().prod(-1) * _lu_det_P(pivots)
     return sign, diag.abs().log().sum(-1), LU, pivots
@@ -461,18 +462,20 @@ def _linalg_pinv(A, *, atol=None, rtol=None, hermitian=False):
     if A.numel() == 0:
         U, S, Vh = torch.linalg.svd(A, full_matrices=False)
         return torch.matmul(Vh.mH * S.reciprocal().unsqueeze(-2), U.mH)
-    if hermitian:
+    if hermitian:       # singular values are the eigenvalues' magnitudes
         S, U = torch.linalg.eigh(A)
-        S_abs = S.abs()
-        tol = torch.max(atol.unsqueeze(-1), rtol.unsqueeze(-1) * S_abs.amax(-1, keepdim=True))
-        S_inv = torch.where(S_abs > tol, S.reciprocal(), torch.zeros((), dtype=S.dtype,
-                                                                      device=S.device))
-        return torch.matmul(U * S_inv.to(A.dtype).unsqueeze(-2), U.mH)
+        return _pinv_product(U, S, S.abs(), S.abs().amax(-1, keepdim=True), atol, rtol, U.mH)
     U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-    tol = torch.max(atol.unsqueeze(-1), rtol.unsqueeze(-1) * S.narrow(-1, 0, 1))
-    S_inv = torch.where(S > tol, S.reciprocal(), torch.zeros((), dtype=S.dtype, device=S.device))
-    return torch.matmul(Vh.mH * S_inv.to(A.dtype).unsqueeze(-2), U.mH)
+    return _pinv_product(Vh.mH, S, S, S.narrow(-1, 0, 1), atol, rtol, U.mH)
 
+
+def _pinv_product(left, S, magnitude, largest, atol, rtol, right):
+    """left @ diag(1/S) @ right, with the values whose magnitude is within the tolerance
+    max(atol, rtol * largest) zeroed."""
+    tol = torch.max(atol.unsqueeze(-1), rtol.unsqueeze(-1) * largest)
+    zero = torch.zeros((), dtype=S.dtype, device=S.device)
+    S_inv = torch.where(magnitude > tol, S.reciprocal(), zero).to(left.dtype)
+    return torch.matmul(left * S_inv.unsqueeze(-2), right)
 
 @node_decomposition(aten.linalg_lstsq.default)
 def _linalg_lstsq(A, B, rcond=None, *, driver=None):
@@ -504,15 +507,6 @@ def _linalg_lstsq(A, B, rcond=None, *, driver=None):
     X = _narrow(X, -2, n) if m else full(0, dt, batch + (n, k))
     rank = cast(rank, torch.int64) if driver == "gelsy" else full(0, torch.int64, (0,))
     return (reshape(X, batch + (n,)) if vector else X), residuals, rank, full(0, dt, (0,))
-
-@node_decomposition(aten.linalg_matrix_exp.default)
-def _linalg_matrix_exp(A):
-    if not isinstance(A, Node) or len(A.shape) < 2 or A.shape[-1] != A.shape[-2]:
-        raise Unsupported("matrix_exp of a CPU tensor or of a non-square input")
-    dt, n, batch = _float(A.dtype), A.shape[-1], A.shape[:-2]
-    if n <= 1:      # as ATen: the empty matrix, and exp of the single entry
-        return Node(Op.EXP, dt, A.shape, (A,)) if n else A
-    return lapack("expm", dt, batch, (n,), (_mat(A, batch, (n, n), dt),), [(n, n)])[0]
 
 def _register_errors() -> None:
     from ..runtime import device
