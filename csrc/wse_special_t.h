@@ -1,3 +1,65 @@
+/* wse_special_t.h -- the body of csrc/wse_special.h, included there twice: once with T = float
+ * and SP(name) = wsesp_<name>_f, once with T = double and SP(name) = wsesp_<name>.
+ *
+ * Ported from PyTorch's aten/src/ATen/native/Math.h (PyTorch 2.x, BSD licence) by mechanical
+ * translation -- templates to the T/SP macros, std:: overloads to <tgmath.h> generics,
+ * numeric_limits to INFINITY/NAN/WSE_SP_EPS -- keeping every expression and its evaluation
+ * precision (a float literal or double accumulator stays where Math.h has it), so results
+ * agree with PyTorch's CPU kernels. Names keep Math.h's; the int64_t-order polynomial bodies
+ * are suffixed _n. Functions not in Math.h are at the end. In PyTorch's own words, the
+ * licences of the code it took these from follow (erfinv's here, Cephes' and Faddeeva's
+ * where their code starts; "NOTICE" is PyTorch's NOTICE file, which carries SciPy's and Boost's).
+ */
+
+/* The next function is taken from  https://github.com/antelopeusersgroup/antelope_contrib/blob/master/lib/location/libgenloc/erfinv.c.
+Below is the copyright.
+Output was modified to be inf or -inf when input is 1 or -1. */
+
+
+/*
+    Copyright (c) 2014 Indiana University
+    All rights reserved.
+
+    Written by Prof. Gary L. Pavlis, Dept. of Geol. Sci.,
+            Indiana University, Bloomington, IN
+
+    This software is licensed under the New BSD license:
+
+    Redistribution and use in source and binary forms,
+    with or without modification, are permitted provided
+    that the following conditions are met:
+
+    Redistributions of source code must retain the above
+    copyright notice, this list of conditions and the
+    following disclaimer.
+
+    Redistributions in binary form must reproduce the
+    above copyright notice, this list of conditions and
+    the following disclaimer in the documentation and/or
+    other materials provided with the distribution.
+
+    Neither the name of Indiana University nor
+    the names of its contributors may be used to endorse
+    or promote products derived from this software without
+    specific prior written permission.
+
+    THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND
+    CONTRIBUTORS "AS IS" AND ANY EXPRESS OR IMPLIED
+    WARRANTIES, INCLUDING, BUT NOT LIMITED TO, THE IMPLIED
+    WARRANTIES OF MERCHANTABILITY AND FITNESS FOR A
+    PARTICULAR PURPOSE ARE DISCLAIMED. IN NO EVENT SHALL
+    THE COPYRIGHT OWNER OR CONTRIBUTORS BE LIABLE FOR ANY
+    DIRECT, INDIRECT, INCIDENTAL, SPECIAL, EXEMPLARY, OR
+    CONSEQUENTIAL DAMAGES (INCLUDING, BUT NOT LIMITED TO,
+    PROCUREMENT OF SUBSTITUTE GOODS OR SERVICES; LOSS OF
+    USE, DATA, OR PROFITS; OR BUSINESS INTERRUPTION)
+    HOWEVER CAUSED AND ON ANY THEORY OF LIABILITY, WHETHER
+    IN CONTRACT, STRICT LIABILITY, OR TORT (INCLUDING
+    NEGLIGENCE OR OTHERWISE) ARISING IN ANY WAY OUT OF THE
+    USE OF THIS SOFTWARE, EVEN IF ADVISED OF THE
+    POSSIBILITY OF SUCH DAMAGE.
+*/
+
 WSE_SP_FN T SP(chbevl)(T x, const T array[], const int len) {
     T b0, b1, b2 = 0;
 
@@ -2664,7 +2726,7 @@ WSE_SP_FN T SP(chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x) * q - p;
@@ -2716,7 +2778,7 @@ WSE_SP_FN T SP(chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x) * q - p;
@@ -2772,7 +2834,7 @@ WSE_SP_FN T SP(chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x + ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x) * q - p;
@@ -2838,7 +2900,7 @@ WSE_SP_FN T SP(hermite_polynomial_he_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 1; k < n; k++) {
         r = x * q - k * p;
@@ -2870,7 +2932,7 @@ WSE_SP_FN T SP(laguerre_polynomial_l_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = ((T)1.0) - x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 1; (k < n) && !isnan(q); k++) {
         r = (((k + k) + (((T)1.0) - x)) * q - k * p) / (k + 1);
@@ -2906,7 +2968,7 @@ WSE_SP_FN T SP(legendre_polynomial_p_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x;
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 1; (k < n) && !isnan(q); k++) {
         r = ((k + k + 1) * x * q - k * p) / (k + 1);
@@ -3433,7 +3495,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_t_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;
@@ -3481,7 +3543,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_u_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0) + (x + x - ((T)1.0));
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;
@@ -3533,7 +3595,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_v_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0) + (x + x - ((T)1.0)) - ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;
@@ -3585,7 +3647,7 @@ WSE_SP_FN T SP(shifted_chebyshev_polynomial_w_forward_n)(T x, int64_t n) {
 
     T p = ((T)1.0);
     T q = x + x - ((T)1.0) + (x + x - ((T)1.0)) + ((T)1.0);
-    T r;
+    T r = q; /* Math.h leaves r unset, read when q is NaN (undefined there): give NaN */
 
     for (int64_t k = 2; (k <= n) && !isnan(q); k++) {
         r = (x + x - ((T)1.0) + (x + x - ((T)1.0))) * q - p;

@@ -106,8 +106,8 @@ def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:
     order, realized = passes.schedule(outs)    # choose buffers; the rest fuses inline
     passes.check(order, "schedule")
     _count_structure(order, info)              # recompile reasons and limits
-    units, layout = generate(outs, order, realized,                   # memory plan + C
-                             prefix_source(), special_source())
+    units, layout = generate(outs, order, realized, prefix_source(),  # memory plan + C
+                             special_source())
     summary = {"nodes": layout.nodes, "kernels": layout.kernels, "inputs": len(layout.input_slots),
                "outputs": len(layout.out_map), "where": info.get("where")}
     program, built = cache.load_or_build(units, Program, summary)      # disk cache or gcc

@@ -4,9 +4,10 @@ Note [Two keys]
 In memory, a program is found by the graph key (trace/ir.py Note [IR keys]) in O(#outputs).
 On a memory miss the graph is code-generated (milliseconds) and the shared object is found on
 disk by a content key built from named parts: the C source (which carries every shape, dtype, the
-runtime's prefix header and the codegen's choices), the codegen version, the compiler's identity
-and flags, the CPU features `-march=native` targets, and the lazydev version. The source stands in
-for the graph, so two graphs that generate the same code share one object.
+runtime's prefix header, the special-function header where used, and the codegen's choices), the
+codegen version, the compiler's identity and flags, the CPU features `-march=native` targets, and
+the lazydev version. The source stands in for the graph, so two graphs that generate the same
+code share one object.
 
 Note [Disk entries]
 An entry is `<dir>/<k[:2]>/<k>.so` plus `<k>.json` (sha256 and size of the .so, when it was

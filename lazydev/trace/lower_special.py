@@ -32,7 +32,7 @@ def _check_dtype(dtype, halves: bool, name: str) -> None:
     otherwise decompose into prims that compute in float and succeed where the CPU fails)."""
     if dtype in _HALVES and not halves:
         kernel = name.removeprefix("calc_").removesuffix("_forward")
-        raise RuntimeError(f'"{kernel}_cpu" not implemented for \'{_HALVES[dtype]}\'')
+        raise NotImplementedError(f'"{kernel}_cpu" not implemented for \'{_HALVES[dtype]}\'')
     if dtype not in _FLOAT and dtype not in _HALVES:
         raise Unsupported(f"{name} of {dtype}")
 
