@@ -3,7 +3,8 @@
     python -m lazydev.coverage [--ops a,b] [--samples N | --full] [--no-backward] [--json PATH]
 
 For every OpInfo entry (torch.testing._internal op_db) that supports float32 on the CPU, each
-sample input is run on the CPU and, moved with `.to("wse")`, on wse; outputs are compared (shape,
+sample input is run on the CPU and, moved with `.to("wse")`, on wse (tensors the sample keeps on
+the CPU for any device, such as tensor_split's indices, stay there); outputs are compared (shape,
 dtype, values with the tolerance table; integers and bools exactly, NaN equal to NaN), in-place
 variants by their mutated input, and, for entries with supports_autograd, the gradients of the
 sum of the float outputs with respect to the float inputs. An entry is
@@ -20,6 +21,7 @@ failure instead of ending the run.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -53,15 +55,7 @@ SKIPS: dict = {
 
 # Entries that still fail, with what is known about why. They stay "fail" in the report; the
 # test marks them xfail with this reason (and the failure found) so CI shows them, not hides them.
-_GROW = "wse tensors cannot grow in place (resize_/set_ of a wrapper storage)"
-KNOWN_FAILURES = {
-    "addbmm": "CPU addbmm_ resizes a one-element input to the result's shape; " + _GROW,
-    "resize_": _GROW,
-    "stft": "wrong gradient: the complex backward writes through view_as_real, which wse runs "
-            "on the CPU as a copy instead of an alias",
-    "tensor_split": "the sample's index tensor must stay on the CPU, but the harness moves "
-                    "every tensor to wse",
-}
+KNOWN_FAILURES: dict = {}
 
 # Entries whose output values are unspecified (uninitialised memory): only the shape and dtype
 # of their outputs are compared.
@@ -133,8 +127,58 @@ def _fresh(t: torch.Tensor, device: str, grad: bool) -> torch.Tensor:
 
 
 def _sample_args(sample, device: str, grad: bool):
-    fn = lambda t: _fresh(t, device, grad)  # noqa: E731
+    """The sample's input, args and kwargs as fresh copies on `device`, except the tensors the
+    sample function keeps on the CPU whatever the device (see _mark_host_tensors)."""
+    host = getattr(sample, "host_tensors", frozenset())
+    seen = itertools.count()
+
+    def fn(t):
+        return _fresh(t, "cpu" if next(seen) in host else device, grad)
     return _map(sample.input, fn), _map(list(sample.args), fn), _map(dict(sample.kwargs), fn)
+
+
+def _mark_host_tensors(op, samples: list, requires_grad: bool) -> None:
+    """Find the tensors a sample function makes on the CPU whatever device it is asked for
+    (tensor_split's indices, which PyTorch requires on the CPU, with CUDA too): it is asked for
+    the same samples on the meta device, and tensors still on the CPU there stay on the CPU."""
+    torch.manual_seed(0)
+    try:
+        twins = list(itertools.islice(
+            op.sample_inputs("meta", torch.float32, requires_grad=requires_grad), len(samples)))
+    except Exception:           # noqa: BLE001 - no meta samples: every tensor moves
+        return
+    for i, (sample, twin) in enumerate(zip(samples, twins)):
+        devices = _devices(twin)
+        host = frozenset(i for i, d in enumerate(devices) if d == "cpu")
+        if host and len(devices) == len(_devices(sample)):
+            samples[i] = _host_sample(sample, host)
+
+
+@functools.cache
+def _host_sample_class():
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    class HostSample(SampleInput):
+        """A sample that knows which of its tensors stay on the CPU (SampleInput has slots)."""
+        __slots__ = ("host_tensors",)
+    return HostSample
+
+
+def _host_sample(sample, host: frozenset):
+    """A copy of `sample` that knows which of its tensors stay on the CPU."""
+    out = _host_sample_class()(sample.input, args=sample.args, kwargs=sample.kwargs,
+                     output_process_fn_grad=sample.output_process_fn_grad,
+                     broadcasts_input=sample.broadcasts_input, name=sample.name)
+    out.host_tensors = host
+    return out
+
+
+def _devices(sample) -> list:
+    """The device type of each tensor of a sample, in the order _sample_args visits them."""
+    out = []
+    for part in (sample.input, list(sample.args), dict(sample.kwargs)):
+        _map(part, lambda t: out.append(t.device.type))
+    return out
 
 
 def _leaves(x) -> list:
@@ -310,7 +354,9 @@ def samples_of(op, n: int | None, requires_grad: bool) -> list:
     """The first `n` sample inputs of `op` (all with n=None), generated deterministically."""
     torch.manual_seed(0)
     it = op.sample_inputs("cpu", torch.float32, requires_grad=requires_grad)
-    return list(it) if n is None else list(itertools.islice(it, n))
+    samples = list(it) if n is None else list(itertools.islice(it, n))
+    _mark_host_tensors(op, samples, requires_grad)
+    return samples
 
 
 def check_op(op, samples: int | None = DEFAULT_SAMPLES, backward: bool = True,

@@ -69,9 +69,11 @@ def empty_tensor(size, dtype):
     dtype = dtype or torch.get_default_dtype()
     size = tuple(size)
     numel = _numel(size)
-    from .wse_tensor import WseTensor, from_cpu   # after register(): it names the "wse" device
-    if dtype.is_complex:                  # complex values are never compiled: real zeros
-        return from_cpu(torch.zeros(size, dtype=dtype))
+    from .wse_tensor import WseTensor   # after register(): it names the "wse" device
+    if dtype.is_complex:                  # real pairs (Note [Complex storage])
+        real = dtype.to_real()
+        return WseTensor(Storage(2 * numel, real, node=build.full(0, real, (2 * numel,))), size,
+                         dtype=dtype)
     storage = Storage(numel, dtype, node=build.full(0, dtype, (numel,)))
     return WseTensor(storage, size)
 
@@ -89,7 +91,7 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     # Registered for PrivateUse1 so that torch.arange(..., device="wse") never goes through
-    # arange.out, which resizes its output (a wrapper tensor's storage cannot grow).
+    # arange.out, which would make an empty tensor and resize it.
     from .dispatch import dispatch
     if end is None:
         start, end = 0, start

@@ -18,7 +18,8 @@ from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
 from ..trace.state import current
 from . import foreach, replay
-from .wse_tensor import WseTensor, from_node, to_cpu, value, write
+from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
+                          write_tensor)
 
 aten = torch.ops.aten
 _HANDLERS: dict = {}
@@ -90,7 +91,7 @@ def _raise_deferred():
 
 def _choose(func):
     if func in SPECIAL:
-        return SPECIAL[func]
+        return _real_only(SPECIAL[func])
     if func.name().startswith("aten::_foreach_") and foreach.layout(func) is not None:
         return foreach_op
     if torch.Tag.inplace_view in func.tags:
@@ -113,6 +114,17 @@ def _choose(func):
     if func in decomposition_table or func in DECOMPOSITIONS:
         return decomposed_op
     return fallback_op
+
+
+def _real_only(handler):
+    """A special handler that reads the value of a complex tensor (ComplexValue) runs the op on
+    the CPU instead: handlers are written for real values."""
+    def run(func, args, kwargs):
+        try:
+            return handler(func, args, kwargs)
+        except ComplexValue:
+            return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
+    return run
 
 
 def _has_composite(func) -> bool:
@@ -224,10 +236,6 @@ def _complex_out(func, args, kwargs) -> bool:
 
 
 def composite_op(func, args, kwargs):
-    if _complex(args) or _complex(kwargs.values()):
-        # Complex decompositions write through real views (x.real.copy_), which wse cannot
-        # alias across dtypes (view_op): the whole op runs on the CPU instead.
-        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     out = func.decompose(*args, **kwargs)
     if out is NotImplemented:
         return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
@@ -245,37 +253,31 @@ def view_op(func, args, kwargs):
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=str(e))
     base = next(a for a in args if isinstance(a, WseTensor))
-    specs = spec if isinstance(spec, tuple) else (spec,)
-    changes_dtype = any(s.dtype != base.dtype for s in specs if s is not None)
-    if func in _VALUE_VIEWS or (changes_dtype and (base.dtype.is_complex or _complex(spec))):
-        # view_as_real/view_as_complex reinterpret storage; storages hold one dtype, so these
-        # run on the CPU and return a copy (a write through the result does not reach `base`).
-        # Views of complex tensors that keep the dtype alias as any view: complex values are
-        # read and written through the CPU as a whole storage (to_cpu, _write_on_cpu).
-        return fallback_op(func, args, kwargs, why="a view that changes dtype")
+    if func in _VALUE_VIEWS:
+        return fallback_op(func, args, kwargs, why="a conjugate or negative view")
+    real = base._st.dtype
 
     def make(s):
-        if s.dtype != base.dtype:
+        if s.dtype != base.dtype and (s.dtype.to_real() if s.dtype.is_complex else s.dtype) != real:
             raise NotImplementedError(
                 f"{func}: a wse view with another dtype ({s.dtype} of {base.dtype}) is not "
                 "supported; use .to(dtype) to convert instead")
-        return WseTensor(base._st, s.shape, s.stride, s.offset)
+        # view_as_real/view_as_complex alias too: complex storages hold real pairs.
+        return WseTensor(base._st, s.shape, s.stride, s.offset, dtype=s.dtype)
     if isinstance(spec, tuple):
         return type(spec)(make(s) for s in spec)
     return make(spec)
 
 
-# Views that change the values read (PyTorch's conjugate and negative bits): run on the CPU.
+# Views that change the values read (PyTorch's conjugate and negative bits): wse values have no
+# such bits, so these run on the CPU (which resolves them) and return a copy.
 _VALUE_VIEWS = frozenset({aten._conj.default, aten._neg_view.default})
 
 
 def inplace_view_op(func, args, kwargs):
     spec = meta.infer(func, args, kwargs)
     t = args[0]
-    from torch.utils._mode_utils import no_dispatch
-    with no_dispatch():
-        aten.as_strided_.default(t, spec.shape, spec.stride, spec.offset)
-    t._set_meta(spec.shape, spec.stride, spec.offset)
+    restride(t, spec.shape, spec.stride, spec.offset)
     return t
 
 
@@ -335,12 +337,19 @@ def inplace_op(func, args, kwargs):
     for target, res in zip(targets, results):
         if isinstance(target, WseTensor) and isinstance(res, WseTensor) \
                 and tuple(res.shape) != tuple(target.shape):
-            # The result does not fit the tensor written (addbmm_ on CPU resizes it): run the
-            # op on the CPU with its own semantics rather than broadcast into the wrong shape.
-            return fallback_op(func, args, kwargs, why="in-place result of another shape")
+            if func not in _RESIZES_SELF:
+                # Run the op on the CPU with its own semantics (most raise) rather than
+                # broadcast into the wrong shape.
+                return fallback_op(func, args, kwargs, why="in-place result of another shape")
+            SPECIAL[aten.resize_.default](aten.resize_.default, (target, res.shape), {})
     for target, res in zip(targets, results):
         _write_back(target, res)
     return targets[0] if func._schema.returns else None
+
+
+# In-place ops whose CPU kernel is the out= kernel with self as out: it resizes self to the
+# result's shape (addbmm_ of a one-element self) instead of raising as other in-place ops do.
+_RESIZES_SELF = frozenset({aten.addbmm_.default})
 
 
 def _write_back(target, res):
@@ -350,21 +359,10 @@ def _write_back(target, res):
         return
     if not isinstance(target, WseTensor):
         raise DeviceMismatch(f"cannot write a wse result into a {target.device} tensor in place")
-    if target.dtype.is_complex:
-        return _write_on_cpu(target, res)
-    write(target, value(res) if isinstance(res, WseTensor) else _node_args(res))
-
-
-def _write_on_cpu(target, src) -> None:
-    """Write `src` into `target` through the CPU: complex values are never compiled, so a write
-    into a complex tensor updates its whole storage on the CPU and uploads it again."""
-    from .wse_tensor import from_cpu
-    st = target._st
-    flat = to_cpu(WseTensor(st, (st.numel,)), reason="fallback").clone()
-    size, stride, offset = target._lz_meta[:3]
-    src = to_cpu(src, reason="fallback") if isinstance(src, WseTensor) else src
-    flat.as_strided(size, stride, offset).copy_(src)
-    st.replace_buffer(from_cpu(flat)._st.buf)
+    if isinstance(res, WseTensor):
+        write_tensor(target, res)
+    else:
+        write(target, _node_args(res))
 
 
 def foreach_op(func, args, kwargs):
@@ -418,10 +416,8 @@ def _copy_back(dst, src):
     elif isinstance(dst, WseTensor):
         if tuple(dst.shape) != tuple(src.shape):     # an out= tensor PyTorch resized
             SPECIAL[aten.set_.source_Tensor](None, (dst, _upload(src)), {})
-        elif dst.dtype.is_complex:
-            _write_on_cpu(dst, src)
         else:
-            write(dst, value(_upload(src)))
+            write_tensor(dst, _upload(src))
 
 
 def _to_cpu_args(a):

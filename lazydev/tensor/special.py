@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from .. import log
-from ..trace import build
+from ..trace import build, meta
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
-from .wse_tensor import WseTensor, from_cpu, to_cpu, value, write
+from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write, write_tensor
 
 aten = torch.ops.aten
 
@@ -31,14 +31,14 @@ def _copy_(func, args, kwargs):
         dst.copy_(to_cpu(src, reason="cpu"))
         return dst
     if isinstance(src, WseTensor):
-        write(dst, value(src))
+        write_tensor(dst, src)
         return dst
     if dst._lz_full and tuple(src.shape) == dst._lz_meta[0]:   # a whole-tensor upload
         st = dst._st
         cpu = src.detach().to(dst.dtype).contiguous()
         st.replace_buffer(from_cpu(cpu)._st.buf, origin=log.user_frame())
         return dst
-    write(dst, value(_upload(src)))
+    write_tensor(dst, _upload(src))
     return dst
 
 
@@ -60,7 +60,7 @@ def _to_copy(func, args, kwargs):
 def _prims_copy_to(func, args, kwargs):
     dst, src = args[0], args[1]
     if isinstance(dst, WseTensor) and isinstance(src, WseTensor):
-        write(dst, value(src))
+        write_tensor(dst, src)
         return dst
     return _copy_(func, args, kwargs)
 
@@ -81,13 +81,21 @@ def _equal(func, args, kwargs):
     return torch.equal(a, b)
 
 
+@special(aten.allclose.default)
+def _allclose(func, args, kwargs):
+    """isclose(...).all() compiled; only the Python bool is read (a sync)."""
+    close = dispatch(aten.isclose.default, args, kwargs)
+    every = dispatch(aten.all.default, (close,), {})
+    return bool(to_cpu(every, reason="allclose").item())
+
+
 def _random(draw):
     """In-place random op: draw on the CPU into a fresh tensor and write it."""
     def handler(func, args, kwargs):
         t = args[0]
         cpu = torch.empty(t.shape, dtype=t.dtype)
         draw(cpu, *args[1:], **kwargs)
-        write(t, value(_upload(cpu)))
+        write_tensor(t, _upload(cpu))
         return t
     return handler
 
@@ -139,11 +147,18 @@ def _rand_like(func, args, kwargs):
 
 @special(aten.resize_.default)
 def _resize_(func, args, kwargs):
-    t, size = args[0], tuple(args[1])
-    if size == tuple(t.shape):
-        return t
-    raise NotImplementedError("resizing a wse tensor is not supported; allocate a new tensor "
-                              "with the wanted shape instead")
+    """As on the CPU: new contiguous strides (or the memory format's) at the same offset; a
+    storage too small grows in place, keeping its values (Storage.grow)."""
+    t = args[0]
+    m = meta._to_meta(t)
+    func(m, *args[1:], **kwargs)
+    size, stride, offset = tuple(m.shape), tuple(m.stride()), m.storage_offset()
+    reals = 2 if t.dtype.is_complex else 1       # Note [Complex storage]
+    need = build.extent(size, stride, offset) * reals
+    if need > t._st.numel:
+        t._st.grow(need)
+    restride(t, size, stride, offset)
+    return t
 
 
 @special(aten.arange.start_out)
@@ -160,17 +175,8 @@ def _set_(func, args, kwargs):
     t, src = args
     if not isinstance(src, WseTensor):
         src = _upload(src)
-    size, stride, offset = src._lz_meta[:3]
-    need = offset + sum((d - 1) * s for d, s in zip(size, stride)) + 1 if all(size) else 0
-    if need * src.dtype.itemsize > t.untyped_storage().nbytes():
-        # PyTorch's own storage of the wrapper cannot grow; factories that resize an out=
-        # tensor are registered as PrivateUse1 kernels instead (tensor/device.py).
-        raise NotImplementedError("growing a wse tensor in place (set_/resize_) is not supported")
-    from torch.utils._mode_utils import no_dispatch
-    with no_dispatch():
-        aten.as_strided_.default(t, size, stride, offset)
     t._st = src._st
-    t._set_meta(size, stride, offset)
+    restride(t, *src._lz_meta[:3])
     return t
 
 

@@ -6,6 +6,8 @@ different object would be lost): `_st` (the shared Storage, trace/state.py) and 
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..trace import build, sync
@@ -25,21 +27,26 @@ def _dispatch(func, args, kwargs):
 
 
 class WseTensor(torch.Tensor):
+    """A view (size, stride, offset) of a Storage. `dtype` differs from the storage's only for a
+    complex tensor, whose storage holds real numbers (Note [Complex storage])."""
+
     @staticmethod
-    def __new__(cls, storage: Storage, size, stride=None, offset=0, requires_grad=False):
+    def __new__(cls, storage: Storage, size, stride=None, offset=0, requires_grad=False,
+                dtype=None):
         size = tuple(size)
         fresh = stride is None        # a whole new storage, row-major: the common, fast case
         stride = build.contiguous_strides(size) if fresh else tuple(stride)
+        dtype = dtype or storage.dtype
         t = torch.Tensor._make_wrapper_subclass(
-            cls, size, strides=stride, storage_offset=offset, dtype=storage.dtype, device=WSE,
+            cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=WSE,
             requires_grad=requires_grad)
         t._st = storage
-        if fresh and offset == 0:
-            t._lz_meta = (size, stride, 0, storage.numel, storage.dtype)
+        if fresh and offset == 0 and dtype is storage.dtype:
+            t._lz_meta = (size, stride, 0, storage.numel, dtype)
             t._lz_full = True
             t._lz_cache = None
         else:
-            t._set_meta(size, stride, offset)
+            t._set_meta(size, stride, offset, dtype)
         return t
 
     @classmethod
@@ -77,13 +84,17 @@ class WseTensor(torch.Tensor):
         t._lz_cache = None
         return t
 
-    def _set_meta(self, size, stride, offset):
+    def _set_meta(self, size, stride, offset, dtype=None):
+        """Record the view; sizes, strides, offset and the storage numel are in units of the
+        tensor's dtype (two reals are one complex element)."""
         st = self._st
-        self._lz_meta = (size, stride, offset, st.numel, st.dtype)
+        dtype = dtype or self._lz_meta[4]
+        st_numel = st.numel // _reals_per_element(dtype) if dtype is not st.dtype else st.numel
+        self._lz_meta = (size, stride, offset, st_numel, dtype)
         numel = 1
         for d in size:
             numel *= d
-        self._lz_full = offset == 0 and numel == st.numel and build.is_contiguous(size, stride)
+        self._lz_full = offset == 0 and numel == st_numel and build.is_contiguous(size, stride)
         self._lz_cache = None
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -92,12 +103,12 @@ class WseTensor(torch.Tensor):
     # place (torch.utils.swap_tensors) instead of making new Parameter objects, which would
     # untie shared weights (a head tied to an embedding) on model.to("wse").
     def __tensor_flatten__(self):
-        return [], (self._st, self._lz_meta[:3])
+        return [], (self._st, self._lz_meta[:3], self._lz_meta[4])
 
     @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        storage, (size, stride, offset) = ctx
-        return WseTensor(storage, size, stride, offset)
+        storage, (size, stride, offset), dtype = ctx
+        return WseTensor(storage, size, stride, offset, dtype=dtype)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -130,6 +141,58 @@ class WseTensor(torch.Tensor):
                         "copy the tensor to host memory first.")
 
 
+# Note [Complex storage]
+# Complex values are never compiled, but a complex tensor and its real views (view_as_real,
+# .real, .imag) must alias as on the CPU. So a complex tensor's Storage holds real numbers, two
+# per element, and the tensor is a view of it in complex units; view_as_real is then an ordinary
+# view of the same storage, compiled like any real tensor. value()/write() take real tensors
+# only: complex writes go through write_tensor, which writes the real view.
+
+class ComplexValue(TypeError):
+    """value()/write() of a complex tensor: complex values have no IR node."""
+
+    def __init__(self, dtype):
+        super().__init__(f"{dtype} values are not compiled on wse; this op cannot take them")
+
+
+def _reals_per_element(dtype) -> int:
+    return 2 if dtype.is_complex else 1
+
+
+def real_view(t: WseTensor) -> WseTensor:
+    """torch.view_as_real(t) of a complex wse tensor: a real tensor over the same storage."""
+    size, stride, offset, _, _ = t._lz_meta
+    return WseTensor(t._st, size + (2,), tuple(2 * s for s in stride) + (1,), 2 * offset,
+                     dtype=t._st.dtype)
+
+
+def write_tensor(t: WseTensor, src: WseTensor) -> None:
+    """t.copy_(src) for wse tensors: src broadcast to t and cast to its dtype, complex or not."""
+    if not (t.dtype.is_complex or src.dtype.is_complex):
+        write(t, value(src))
+    elif not t.dtype.is_complex:
+        warnings.warn("Casting complex values to real discards the imaginary part", stacklevel=3)
+        pairs = value(real_view(src))
+        shape = pairs.shape[:-1]
+        flat = build.reshape(pairs, (pairs.numel,))
+        stride = tuple(2 * s for s in build.contiguous_strides(shape))
+        write(t, Node(Op.AS_STRIDED, pairs.dtype, shape, (flat,), (stride, 0)))
+    elif src.dtype.is_complex:
+        write(real_view(t), value(real_view(src)))
+    else:                                   # a real value x is the pair (x, 0)
+        x = value(src)
+        x = build.reshape(build.cast(x, t._st.dtype), x.shape + (1,))
+        zero = build.full(0, x.dtype, x.shape)
+        pair = Node(Op.CAT, x.dtype, x.shape[:-1] + (2,), (x, zero), len(x.shape) - 1)
+        write(real_view(t), pair)
+
+
+def _regrown(t: WseTensor) -> None:
+    """`t` is a view of a storage that grew through an alias (resize_): refresh what `t` knows
+    of the storage (its numel, and so whether `t` covers all of it)."""
+    t._set_meta(*t._lz_meta[:3])
+
+
 def value(t: WseTensor) -> Node:
     """The IR node for the current value of tensor `t` (derived from its storage)."""
     st = t._st
@@ -137,7 +200,11 @@ def value(t: WseTensor) -> Node:
     tid = current().id
     if cache is not None and cache[0] == st.version and cache[1] == tid:
         return cache[2]
-    size, stride, offset, numel, _ = t._lz_meta
+    if t._lz_meta[3] != st.numel:
+        _regrown(t)
+    size, stride, offset, numel, dtype = t._lz_meta
+    if dtype is not st.dtype:
+        raise ComplexValue(t.dtype)
     if t._lz_full:
         node = st.value(size)
     else:
@@ -149,14 +216,37 @@ def value(t: WseTensor) -> Node:
 
 def write(t: WseTensor, node: Node) -> None:
     """Store `node` (any shape broadcastable to t, any dtype) as the new value of `t`."""
-    size, stride, offset, numel, dtype = t._lz_meta
-    node = build.expand(build.cast(node, dtype), size)
     st = t._st
+    if t._lz_meta[3] != st.numel:
+        _regrown(t)
+    size, stride, offset, numel, dtype = t._lz_meta
+    if dtype is not st.dtype:
+        raise ComplexValue(t.dtype)
+    node = build.expand(build.cast(node, dtype), size)
     if t._lz_full:
         st.set_node(node)
         return
     base = st.value((numel,))
     st.set_node(Node(Op.SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
+
+
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def restride(t: WseTensor, size, stride, offset: int) -> None:
+    """Give `t` new sizes, strides and offset over its storage `t._st` (set_, resize_,
+    as_strided_). PyTorch's storage of a wrapper holds no data; it only bounds the view, so when
+    the new view does not fit, `t` gets a larger one. set_ runs as the CPU kernel, which only
+    checks bounds and writes the metadata (its storage is large enough: nothing is allocated)."""
+    size, stride = tuple(size), tuple(stride)
+    storage = t.untyped_storage()
+    need = build.extent(size, stride, offset) * t.dtype.itemsize
+    if need > storage.nbytes():
+        storage = torch.Tensor._make_wrapper_subclass(
+            WseTensor, (need // t.dtype.itemsize,), dtype=t.dtype, device=WSE).untyped_storage()
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYS, t, storage, offset, size, stride)
+    t._set_meta(size, stride, offset)
 
 
 def from_node(node: Node) -> WseTensor:
@@ -169,6 +259,10 @@ def from_node(node: Node) -> WseTensor:
 
 def from_cpu(cpu: torch.Tensor) -> WseTensor:
     """Upload a CPU tensor to a new materialised wse tensor."""
+    if cpu.dtype.is_complex:                 # stored as real pairs (Note [Complex storage])
+        real = torch.view_as_real(cpu.resolve_conj().resolve_neg().contiguous()).reshape(-1)
+        storage = Storage(real.numel(), real.dtype, buf=sync.upload(real))
+        return WseTensor(storage, tuple(cpu.shape), dtype=cpu.dtype)
     buf = sync.upload(cpu)
     return WseTensor(Storage(cpu.numel(), cpu.dtype, buf=buf), tuple(cpu.shape))
 
@@ -180,6 +274,10 @@ def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     if st.buf is None:
         raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
     flat = sync.download(st.buf, st.dtype, st.numel)
+    if t._lz_meta[4] is not st.dtype:
+        flat = flat.view(t._lz_meta[4])      # complex pairs (Note [Complex storage])
+    if t._lz_meta[3] != flat.numel():
+        _regrown(t)
     size, stride, offset, _, _ = t._lz_meta
     if t._lz_full:
         return flat.view(size)

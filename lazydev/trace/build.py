@@ -9,7 +9,7 @@ from .ir import Node, Op
 from .state import reshape, scalar
 
 __all__ = ["const", "cast", "expand", "ew", "as_node", "permute", "reduce", "reshape", "scalar",
-           "full", "contiguous_strides", "is_contiguous", "Unsupported"]
+           "full", "contiguous_strides", "is_contiguous", "extent", "Unsupported"]
 
 
 class Unsupported(Exception):
@@ -27,6 +27,13 @@ def contiguous_strides(shape) -> tuple:
 def is_contiguous(size, stride) -> bool:
     """Row-major dense, ignoring the strides of size-1 dims (they are never stepped)."""
     return all(s == c or d == 1 for d, s, c in zip(size, stride, contiguous_strides(size)))
+
+
+def extent(size, stride, offset: int) -> int:
+    """How many storage elements a view needs: one past the last element it reads."""
+    if not all(size):
+        return 0
+    return offset + sum((d - 1) * s for d, s in zip(size, stride)) + 1
 
 
 def const(value, dtype: torch.dtype) -> Node:

@@ -464,16 +464,26 @@ def _mm(spec, a, b):
 
 @register(aten.addmm.default)
 def _addmm(spec, bias, a, b, beta=1, alpha=1):
+    return _addmm_tail(spec, matmul(a, b, spec.dtype), bias, beta, alpha)
+
+
+def _addmm_tail(spec, prod, bias, beta, alpha):
     dt = spec.dtype
-    prod = matmul(a, b, dt)
     if not (isinstance(alpha, int) and alpha == 1):
         prod = ew(Op.MUL, dt, spec.shape, prod, as_node(alpha, dt))
-    if isinstance(beta, int) and beta == 0:
-        return prod
+    if isinstance(beta, (int, float)) and beta == 0:
+        return prod             # as in PyTorch: beta=0 ignores bias, NaNs included
     bias = cast(bias, dt)
     if not (isinstance(beta, int) and beta == 1):
         bias = ew(Op.MUL, dt, bias.shape, bias, as_node(beta, dt))
     return ew(Op.ADD, dt, spec.shape, prod, bias)
+
+
+@register(aten.addbmm.default)
+def _addbmm(spec, bias, b1, b2, beta=1, alpha=1):
+    """beta * bias + alpha * sum over the batch of b1 @ b2."""
+    total = reduce(Op.SUM, matmul(b1, b2, spec.dtype), (0,), False, spec.dtype)
+    return _addmm_tail(spec, total, bias, beta, alpha)
 
 
 def _conv_params(x_shape, w_shape, stride, padding, dilation, groups):

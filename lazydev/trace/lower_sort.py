@@ -324,15 +324,19 @@ def _nonzero_static(spec, x, *, size, fill_value=-1):
 @register(aten.masked_scatter.default)
 def _masked_scatter(spec, x, mask, source):
     """The k-th set element of the mask takes the k-th element of source (no sync: a GATHER
-    at each element's rank among the set ones)."""
+    at each element's rank among the set ones). The source is read one position further, after
+    a zero, so unset elements read position 0 even of an empty source, and a mask with more set
+    elements than the source has raises an IndexError (the CPU raises a RuntimeError)."""
     x, mask = expand(cast(x, spec.dtype), spec.shape), expand(mask, spec.shape)
-    if source.numel == 0:
-        return x
     n = x.numel
+    if n == 0:
+        return x
     flat = reshape(mask, (n,))
-    rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (n,), (cast(flat, i64),), 0), as_node(1, i64))
+    rank = Node(Op.CUMSUM, i64, (n,), (cast(flat, i64),), 0)
     rank = ew(Op.WHERE, i64, (n,), flat, rank, as_node(0, i64))
-    picked = take(reshape(cast(source, spec.dtype), (source.numel,)), rank, 0)
+    src = reshape(cast(source, spec.dtype), (source.numel,))
+    src = Node(Op.PAD, spec.dtype, (source.numel + 1,), (src, as_node(0, spec.dtype)), ((1, 0),))
+    picked = take(src, rank, 0)
     return ew(Op.WHERE, spec.dtype, spec.shape, mask, reshape(picked, spec.shape), x)
 
 

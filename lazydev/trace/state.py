@@ -147,6 +147,16 @@ class Storage:
         self.version += 1
         self._slot_trace = -1       # the next read binds the new buffer to a new input slot
 
+    def grow(self, numel: int) -> None:
+        """Enlarge the storage to `numel` elements in place (resize_ growing a tensor), as a CPU
+        storage grows: every alias keeps sharing it, old elements keep their values, the new
+        ones are zero (PyTorch leaves them uninitialised)."""
+        from .build import const         # build imports this module
+        old = self.value((self.numel,))
+        zero = const(0, self.dtype)
+        self.numel = numel
+        self.set_node(Node(Op.PAD, self.dtype, (numel,), (old, zero), ((0, numel - old.numel),)))
+
     def value(self, shape: tuple) -> Node:
         """The storage's current value as a node of `shape` (numel must match)."""
         node = self.node
