@@ -137,7 +137,9 @@ def _trace(vjp: Vjp) -> torch.fx.GraphModule:
         wanted = [p for p, m in zip(primals, mask) if m]
         got = torch.autograd.grad([outs[i] for i in vjp.outputs], wanted, grads,
                                   allow_unused=True)
-        got = iter(got)
+        # An input the forward uses only through a zero-gradient path (grid_sampler's nearest
+        # mode rounds the grid) gets None from autograd; the backward kernels return zeros.
+        got = iter([g if g is not None else torch.zeros_like(p) for g, p in zip(got, wanted)])
         return [(next(got) if m else None) for m in mask]
 
     dtype = vjp.grads[0].dtype
