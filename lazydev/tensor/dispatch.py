@@ -115,8 +115,11 @@ def _choose(func):
 
 def _custom_impl(func):
     """The Python function of a torch.library.custom_op (torch.nn's chunked
-    linear_cross_entropy is one), or None."""
+    linear_cross_entropy is one), or None. Not for prims: their Python implementation calls
+    the aten op that decomposes into them."""
     from torch._library.custom_ops import _maybe_get_opdef
+    if func.namespace in ("aten", "prims"):
+        return None
     opdef = _maybe_get_opdef(func)
     return getattr(opdef, "_init_fn", None)
 
