@@ -55,6 +55,7 @@ class _Layout:
         self.il = _lengths(input_lengths, dev)
         self.tl = _lengths(target_lengths, dev)
         self.s = torch.arange(width, device=dev).unsqueeze(0)
+        self.time = torch.arange(t, device=dev).unsqueeze(0)
         self.valid = self.s < (2 * self.tl + 1).unsqueeze(1)
         # a skip from s-2 to s is allowed between different labels (never onto a blank)
         skip = self.prime[:, 2:] != self.prime[:, :-2]
@@ -70,17 +71,24 @@ def _logadd3(a, b, c, extra):
     return torch.log(torch.exp(a - m) + torch.exp(b - m) + torch.exp(c - m)) + m + extra
 
 
+def _per_step(mask, like):
+    """A [N, T] mask broadcast once to [N, T, ...like]: each step then reads a slice of it (a
+    slice of one broadcast, not a broadcast per step: each of those would be a kernel)."""
+    return mask.view(list(mask.shape) + [1] * (like.dim() - 1)) \
+        .expand(list(mask.shape) + list(like.shape[1:]))
+
+
 def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     lay = _Layout(log_probs, targets, input_lengths, target_lengths, blank)
     steps = log_probs.shape[0]
     first = (lay.s == 0) | ((lay.s == 1) & (lay.tl > 0).unsqueeze(1))
     alphas = [torch.where(first & lay.valid, lay.lpp[0], NEG)]
+    live = _per_step(lay.time < lay.il.unsqueeze(1), lay.valid) & lay.valid.unsqueeze(1)
     for t in range(1, steps):
         prev = alphas[-1]
         one = F.pad(prev[:, :-1], (1, 0), value=NEG)
         two = torch.where(lay.skip_in, F.pad(prev[:, :-2], (2, 0), value=NEG), NEG)
-        live = (t < lay.il).unsqueeze(1) & lay.valid
-        alphas.append(torch.where(live, _logadd3(prev, one, two, lay.lpp[t]), NEG))
+        alphas.append(torch.where(live[:, t], _logadd3(prev, one, two, lay.lpp[t]), NEG))
     log_alpha = torch.stack(alphas, 1)                                  # [N, T, S']
     last = log_alpha.gather(1, (lay.il - 1).clamp(min=0).view(-1, 1, 1)
                             .expand(-1, 1, log_alpha.shape[2])).squeeze(1)
@@ -96,16 +104,16 @@ def _betas(lay, steps: int):
     """The beta recursion, [N, T, S']: initialised at each element's last input step."""
     ends = (lay.s == 2 * lay.tl.unsqueeze(1)) | \
         ((lay.s == 2 * lay.tl.unsqueeze(1) - 1) & (lay.tl > 0).unsqueeze(1))
+    last = lay.il.unsqueeze(1) - 1
+    here = _per_step(lay.time == last, lay.valid) & (ends & lay.valid).unsqueeze(1)
+    before = _per_step(lay.time < last, lay.valid) & lay.valid.unsqueeze(1)
     nxt = torch.full_like(lay.lpp[0], NEG)
     betas = [None] * steps
     for t in reversed(range(steps)):
         one = F.pad(nxt[:, 1:], (0, 1), value=NEG)
         two = torch.where(lay.skip_out, F.pad(nxt[:, 2:], (0, 2), value=NEG), NEG)
-        rec = _logadd3(nxt, one, two, lay.lpp[t])
-        here = (t == lay.il - 1).unsqueeze(1)
-        cur = torch.where(here, torch.where(ends, lay.lpp[t], NEG),
-                          torch.where((t < lay.il - 1).unsqueeze(1), rec, NEG))
-        betas[t] = nxt = torch.where(lay.valid, cur, NEG)
+        rec = torch.where(before[:, t], _logadd3(nxt, one, two, lay.lpp[t]), NEG)
+        betas[t] = nxt = torch.where(here[:, t], lay.lpp[t], rec)
     return torch.stack(betas, 1)
 
 
@@ -114,14 +122,19 @@ def _label_sums(ab, prime, classes: int):
     the kernel does: position by position from the last, each a two-term log-add (a fused
     logsumexp rounds differently, and exp(lcab + nll - lp) magnifies that by |nll|)."""
     n, steps, width = ab.shape
+    full = [n, steps, width, classes]
     labels = torch.arange(classes, device=ab.device)
+    # ab is read below only through views, which the scheduler does not count as uses: without
+    # this gather (whose source is always materialised) every step would recompute ab inline.
+    ab = ab.index_select(2, torch.arange(width, device=ab.device))
+    hits = (prime.unsqueeze(2) == labels).unsqueeze(1).expand(full)
+    values = ab.unsqueeze(3).expand(full)
     lcab = torch.full((n, steps, classes), NEG, dtype=ab.dtype, device=ab.device)
     for s in reversed(range(width)):
-        v = ab[:, :, s].unsqueeze(2)
-        m = torch.maximum(lcab, v)
+        v = values[:, :, s]
+        m = torch.maximum(lcab, v)      # never 0-ed: lcab == -inf takes v instead
         added = torch.where(lcab == NEG, v, torch.log(torch.exp(lcab - m) + torch.exp(v - m)) + m)
-        hit = (prime[:, s].unsqueeze(1) == labels).unsqueeze(1)
-        lcab = torch.where(hit, added, lcab)
+        lcab = torch.where(hits[:, :, s], added, lcab)
     return lcab
 
 
