@@ -34,9 +34,14 @@ def _out_size(size, k, s, p, ceil_mode) -> int:
     return out
 
 
-def _along(v: torch.Tensor, d: int, n: int) -> torch.Tensor:
-    """A 1-d tensor shaped to broadcast along spatial dim d of n (trailing dims)."""
-    return v.reshape([-1] + [1] * (n - 1 - d))
+def _outer_product(per_dim: list) -> torch.Tensor:
+    """[O1, ..., On] from 1-d [O_d] factors (per-dimension window sizes -> divisors)."""
+    n = len(per_dim)
+    out = None
+    for d, v in enumerate(per_dim):
+        v = v.reshape([-1] + [1] * (n - 1 - d))
+        out = v if out is None else out * v
+    return out
 
 
 # ---- average pooling --------------------------------------------------------------------------
@@ -66,16 +71,14 @@ def _avg_pool(n: int):
 def _avg_counts(size, out, k, s, p, count_include_pad, x) -> torch.Tensor:
     """ATen's divisor per output position: the window clipped to the padded input, or (without
     count_include_pad) to the input."""
-    n = len(size)
-    count = None
-    for d in range(n):
+    counts = []
+    for d in range(len(size)):
         start = torch.arange(out[d], device=x.device) * s[d] - p[d]
         end = torch.clamp(start + k[d], max=size[d] + p[d])
         if not count_include_pad:
             start, end = torch.clamp(start, min=0), torch.clamp(end, max=size[d])
-        c = _along(end - start, d, n)
-        count = c if count is None else count * c
-    return count.to(x.dtype)
+        counts.append(end - start)
+    return _outer_product(counts).to(x.dtype)
 
 
 decomposition(aten.avg_pool2d.default)(_avg_pool(2))
@@ -143,11 +146,7 @@ def _adaptive_gather(x, output_size):
 def _adaptive_avg_pool3d(x, output_size):
     vals, valid, _, lengths = _adaptive_gather(x, list(output_size))
     total = torch.where(valid, vals, 0).sum(-1)
-    count = None
-    for d, length in enumerate(lengths):
-        c = _along(length, d, 3)
-        count = c if count is None else count * c
-    return total / count.to(x.dtype)
+    return total / _outer_product(lengths).to(x.dtype)
 
 
 @rule(aten._adaptive_avg_pool3d_backward.default)

@@ -2,12 +2,13 @@
 
 Note [IR keys]
 A node's `key` is a structural hash computed once, when the node is made, from its op, dtype,
-shape, argument (by a per-process id, see _arg_id) and its sources' keys. A graph's key is then the hash of its output keys, so the
-cache lookup at a sync costs O(#outputs), not O(#nodes). Tensor data never enters a key: device
-buffers are DATA leaves named by their input slot in the current trace, and floating-point Python
-scalars are SCALAR leaves named by their scalar slot, so a changing learning rate does not change
-the key. Keys use Python's tuple hash; they are per process (string hashes are salted). The
-on-disk cache keys by the generated source instead (compile/cache.py).
+shape, argument (by a per-process id, see _arg_id) and its sources' keys. A graph's key is then
+the hash of its output keys, so the cache lookup at a sync costs O(#outputs), not O(#nodes).
+Tensor data never enters a key: device buffers are DATA leaves named by their input slot in the
+current trace, and floating-point Python scalars are SCALAR leaves named by their scalar slot,
+so a changing learning rate does not change the key. Keys use Python's tuple hash; they are per
+process (string hashes are salted). The on-disk cache keys by the generated source instead
+(compile/cache.py).
 """
 from __future__ import annotations
 
