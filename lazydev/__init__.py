@@ -22,6 +22,7 @@ from .tensor import conv as _conv  # noqa: E402,F401  (registers the convolution
 from .tensor import norm as _norm  # noqa: E402,F401  (registers the batch-norm handlers)
 from .tensor import pairwise as _pairwise  # noqa: E402,F401  (_trilinear, cdist, pdist)
 from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, aa resize)
+from .tensor import ctc as _ctc  # noqa: E402,F401  (ctc_loss)
 from .tensor.wse_tensor import WseTensor  # noqa: E402
 from .trace import sync as _sync  # noqa: E402
 

@@ -103,7 +103,7 @@ def _choose(func):
     schema = func._schema
     if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
         if any(a.kwarg_only and a.name.startswith("out") for a in schema.arguments):
-            return fallback_op
+            return out_op if out_functional(func) is not None else fallback_op
         if functional_variant(func) is not None:
             return inplace_op
         return fallback_op
@@ -113,6 +113,8 @@ def _choose(func):
         return foreach_op
     if func in decomposition_table or func in DECOMPOSITIONS:
         return decomposed_op
+    if _custom_impl(func) is not None:
+        return custom_op
     return fallback_op
 
 
@@ -125,6 +127,22 @@ def _real_only(handler):
         except ComplexValue:
             return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     return run
+
+
+def _custom_impl(func):
+    """The Python function of a torch.library.custom_op (torch.nn's chunked
+    linear_cross_entropy is one), or None. Not for prims: their Python implementation calls
+    the aten op that decomposes into them."""
+    from torch._library.custom_ops import _maybe_get_opdef
+    if func.namespace in ("aten", "prims"):
+        return None
+    opdef = _maybe_get_opdef(func)
+    return getattr(opdef, "_init_fn", None)
+
+
+def custom_op(func, args, kwargs):
+    """A custom op runs its Python implementation on wse tensors: each op it calls is recorded."""
+    return _custom_impl(func)(*args, **kwargs)
 
 
 def _has_composite(func) -> bool:
@@ -302,6 +320,46 @@ def functional_variant(func):
                           and _arg_types(getattr(packet, o)) == want), None)
     _functional_cache[func] = found
     return found
+
+
+def _out_names(func) -> list:
+    return [a.name for a in func._schema.arguments
+            if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+
+
+def out_functional(func):
+    """mm.out -> mm.default, div.out -> div.Tensor: the overload taking the same arguments
+    without the out= ones; None when there is none."""
+    key = ("out", func)
+    if key in _functional_cache:
+        return _functional_cache[key]
+    outs = set(_out_names(func))
+    want = [str(a.type) for a in func._schema.arguments if a.name not in outs]
+    packet = getattr(aten, func._schema.name.split("::")[1], None)
+    found = None
+    if packet is not None and func.namespace == "aten":
+        found = next((getattr(packet, o) for o in packet.overloads()
+                      if getattr(packet, o) is not func and _arg_types(getattr(packet, o)) == want
+                      and not _mutated_positions(getattr(packet, o))), None)
+    _functional_cache[key] = found
+    return found
+
+
+def out_op(func, args, kwargs):
+    """op.out(..., out=t): the functional op, its result written into t. An out= tensor of
+    another shape (which PyTorch would resize) goes to the CPU path instead."""
+    names = _out_names(func)
+    outs = [kwargs.get(n) for n in names]
+    result = dispatch(out_functional(func), args, {k: v for k, v in kwargs.items()
+                                                   if k not in names})
+    results = result if isinstance(result, (list, tuple)) else (result,)
+    if len(results) != len(outs) or any(
+            not isinstance(o, WseTensor) or not isinstance(r, WseTensor)
+            or tuple(o.shape) != tuple(r.shape) for o, r in zip(outs, results)):
+        return fallback_op(func, args, kwargs, why="out= tensor of another shape or device")
+    for o, r in zip(outs, results):
+        _write_back(o, r)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _arg_types(func) -> list:

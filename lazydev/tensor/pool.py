@@ -34,9 +34,14 @@ def _out_size(size, k, s, p, ceil_mode) -> int:
     return out
 
 
-def _along(v: torch.Tensor, d: int, n: int) -> torch.Tensor:
-    """A 1-d tensor shaped to broadcast along spatial dim d of n (trailing dims)."""
-    return v.reshape([-1] + [1] * (n - 1 - d))
+def _outer_product(per_dim: list) -> torch.Tensor:
+    """[O1, ..., On] from 1-d [O_d] factors (per-dimension window sizes -> divisors)."""
+    n = len(per_dim)
+    out = None
+    for d, v in enumerate(per_dim):
+        v = v.reshape([-1] + [1] * (n - 1 - d))
+        out = v if out is None else out * v
+    return out
 
 
 # ---- average pooling --------------------------------------------------------------------------
@@ -66,16 +71,14 @@ def _avg_pool(n: int):
 def _avg_counts(size, out, k, s, p, count_include_pad, x) -> torch.Tensor:
     """ATen's divisor per output position: the window clipped to the padded input, or (without
     count_include_pad) to the input."""
-    n = len(size)
-    count = None
-    for d in range(n):
+    counts = []
+    for d in range(len(size)):
         start = torch.arange(out[d], device=x.device) * s[d] - p[d]
         end = torch.clamp(start + k[d], max=size[d] + p[d])
         if not count_include_pad:
             start, end = torch.clamp(start, min=0), torch.clamp(end, max=size[d])
-        c = _along(end - start, d, n)
-        count = c if count is None else count * c
-    return count.to(x.dtype)
+        counts.append(end - start)
+    return _outer_product(counts).to(x.dtype)
 
 
 decomposition(aten.avg_pool2d.default)(_avg_pool(2))
@@ -143,11 +146,7 @@ def _adaptive_gather(x, output_size):
 def _adaptive_avg_pool3d(x, output_size):
     vals, valid, _, lengths = _adaptive_gather(x, list(output_size))
     total = torch.where(valid, vals, 0).sum(-1)
-    count = None
-    for d, length in enumerate(lengths):
-        c = _along(length, d, 3)
-        count = c if count is None else count * c
-    return total / count.to(x.dtype)
+    return total / _outer_product(lengths).to(x.dtype)
 
 
 @rule(aten._adaptive_avg_pool3d_backward.default)
@@ -175,6 +174,50 @@ decomposition(aten.adaptive_max_pool2d.default)(_adaptive_max_pool(2))
 decomposition(aten.adaptive_max_pool3d.default)(_adaptive_max_pool(3))
 
 
+# ---- fractional max pooling -------------------------------------------------------------------
+
+def _fractional_starts(u, size: int, out: int, k: int):
+    """Window starts [N, C, out] from the samples u [N, C, 1], in float32 as the CPU kernel's
+    generate_intervals: trunc((i + u) * alpha) - trunc(u * alpha), the last at size - k."""
+    last = torch.full(list(u.shape[:2]) + [out], size - k, dtype=torch.int64, device=u.device)
+    if out <= 1:
+        return last
+    alpha = torch.tensor((size - k) / (out - 1), dtype=torch.float32).item()
+    i = torch.arange(out, dtype=torch.float32, device=u.device)
+    seq = ((i + u) * alpha).to(torch.int64) - (u * alpha).to(torch.int64)
+    return torch.where(i == out - 1, last, seq)
+
+
+def _fractional_max_pool(n: int, sample_of_dim: tuple):
+    """fractional_max_poolNd: per plane, random window starts; the first maximum of each window
+    and its flat spatial index. sample_of_dim[d]: which random sample spatial dim d uses."""
+    def pool(x, kernel_size, output_size, random_samples):
+        batched = x.dim() == n + 2
+        x = x if batched else x.unsqueeze(0)
+        nb, c, size = x.shape[0], x.shape[1], list(x.shape[2:])
+        k, out = _ntuple(kernel_size, n), list(output_size)
+        flat, stride = None, math.prod(size)
+        for d in range(n):
+            stride //= size[d]
+            u = random_samples[..., sample_of_dim[d]].reshape(nb, c, 1).to(torch.float32)
+            idx = _fractional_starts(u, size[d], out[d], k[d]).unsqueeze(-1) + \
+                torch.arange(k[d], device=x.device)
+            term = idx.reshape([nb, c] + [1] * (2 * d) + [out[d], k[d]] + [1] * (2 * (n - 1 - d)))
+            flat = term * stride if flat is None else flat + term * stride
+        order = [0, 1] + [2 + 2 * d for d in range(n)] + [3 + 2 * d for d in range(n)]
+        flat = flat.permute(order).reshape([nb, c] + out + [math.prod(k)])
+        vals = torch.gather(x.reshape(nb, c, math.prod(size)), 2,
+                            flat.reshape(nb, c, math.prod(out) * math.prod(k))).reshape(flat.shape)
+        index = torch.gather(flat, -1, vals.argmax(-1, keepdim=True)).squeeze(-1)
+        values = vals.amax(-1)
+        return (values, index) if batched else (values.squeeze(0), index.squeeze(0))
+    return pool
+
+
+decomposition(aten.fractional_max_pool2d.default)(_fractional_max_pool(2, (1, 0)))
+decomposition(aten.fractional_max_pool3d.default)(_fractional_max_pool(3, (0, 1, 2)))
+
+
 # ---- backwards of max pooling: scatter the gradient to the argmax -----------------------------
 
 def _to_argmax(n: int):
@@ -185,8 +228,8 @@ def _to_argmax(n: int):
         lead = list(x.shape[:-n])
         zeros = torch.zeros(lead + [math.prod(x.shape[-n:])], dtype=grad.dtype,
                             device=grad.device)
-        return zeros.scatter_add(-1, indices.reshape(lead + [-1]), grad.reshape(lead + [-1])) \
-            .reshape(x.shape)
+        outs = lead + [math.prod(grad.shape[len(lead):])]
+        return zeros.scatter_add(-1, indices.reshape(outs), grad.reshape(outs)).reshape(x.shape)
     return backward
 
 

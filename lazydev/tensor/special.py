@@ -205,4 +205,27 @@ def _polygamma_(func, args, kwargs):
     return x
 
 
+@special(aten.rrelu_with_noise.default)
+def _rrelu_with_noise(func, args, kwargs):
+    """Training mode draws one uniform per non-positive element, in element order, from the CPU
+    generator (the CPU kernel's order), so the draws depend on x's signs: x's sign mask is read
+    (a sync) to draw exactly as many as the CPU does. Eval mode is leaky_relu."""
+    names = ("self", "noise", "lower", "upper", "training", "generator")
+    defaults = (None, None, 0.125, 1.0 / 3.0, False, None)
+    given = dict(zip(names, args), **kwargs)
+    x, noise, lower, upper, training, gen = (given.get(n, d) for n, d in zip(names, defaults))
+    if not training:
+        return dispatch(aten.leaky_relu.default, (x, (lower + upper) / 2), {})
+    neg = to_cpu(x, reason="rrelu draws") <= 0
+    # The kernel's bounds are in the input's float type; each draw is a double, then rounded.
+    lo, hi = (torch.tensor(v, dtype=x.dtype).item() for v in (lower, upper))
+    draws = torch.empty(int(neg.sum()), dtype=torch.float64).uniform_(lo, hi, generator=gen)
+    cpu_noise = torch.ones(x.shape, dtype=x.dtype)
+    cpu_noise[neg] = draws.to(x.dtype)
+    w = _upload(cpu_noise)
+    if isinstance(noise, WseTensor):
+        write(noise, value(w))
+    return dispatch(aten.mul.Tensor, (x, w), {})
+
+
 from . import special_sort  # noqa: E402,F401  (sorting/selection handlers that read values)

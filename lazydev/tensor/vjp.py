@@ -9,7 +9,8 @@ metadata): make_fx runs torch.autograd.grad over the decomposed forward on meta 
 records the forward's gathers transposed into scatter-adds (index_put with accumulate) and so
 on. The recorded aten graph, with its dead forward-only part removed, is cached and replayed on
 wse tensors through the ordinary dispatch, so every op in it is lowered, decomposed, or handled
-as usual (the trace itself decomposes nothing: views stay views, lowered ops stay whole). A backward that cannot be traced runs on the CPU, as it did before.
+as usual (the trace itself decomposes nothing: views stay views, lowered ops stay whole). A
+backward that cannot be traced runs on the CPU, as it did before.
 
 A rule maps a backward op's bound arguments to its forward: a function of the differentiated
 inputs and the other tensor inputs (both graph inputs; scalars are baked into the trace and
@@ -33,11 +34,10 @@ aten = torch.ops.aten
 _TLS = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
 
 
-
 @dataclass
 class Vjp:
     forward: object          # callable(*primals, *others) -> tensor or tuple of tensors
-    primals: list            # differentiated inputs: tensors, or shapes when only the shape is known
+    primals: list            # differentiated inputs: tensors, or shapes if that is all known
     others: list             # other tensor inputs (None allowed)
     grads: list              # incoming gradients, one per differentiated forward output
     outputs: tuple = (0,)    # which forward outputs the gradients belong to
@@ -137,7 +137,9 @@ def _trace(vjp: Vjp) -> torch.fx.GraphModule:
         wanted = [p for p, m in zip(primals, mask) if m]
         got = torch.autograd.grad([outs[i] for i in vjp.outputs], wanted, grads,
                                   allow_unused=True)
-        got = iter(got)
+        # An input the forward uses only through a zero-gradient path (grid_sampler's nearest
+        # mode rounds the grid) gets None from autograd; the backward kernels return zeros.
+        got = iter([g if g is not None else torch.zeros_like(p) for g, p in zip(got, wanted)])
         return [(next(got) if m else None) for m in mask]
 
     dtype = vjp.grads[0].dtype

@@ -2,12 +2,13 @@
 
 Note [IR keys]
 A node's `key` is a structural hash computed once, when the node is made, from its op, dtype,
-shape, argument and its sources' keys. A graph's key is then the hash of its output keys, so the
-cache lookup at a sync costs O(#outputs), not O(#nodes). Tensor data never enters a key: device
-buffers are DATA leaves named by their input slot in the current trace, and floating-point Python
-scalars are SCALAR leaves named by their scalar slot, so a changing learning rate does not change
-the key. Keys use Python's tuple hash; they are per process (string hashes are salted). The
-on-disk cache keys by the generated source instead (compile/cache.py).
+shape, argument (by a per-process id, see _arg_id) and its sources' keys. A graph's key is then
+the hash of its output keys, so the cache lookup at a sync costs O(#outputs), not O(#nodes).
+Tensor data never enters a key: device buffers are DATA leaves named by their input slot in the
+current trace, and floating-point Python scalars are SCALAR leaves named by their scalar slot,
+so a changing learning rate does not change the key. Keys use Python's tuple hash; they are per
+process (string hashes are salted). The on-disk cache keys by the generated source instead
+(compile/cache.py).
 """
 from __future__ import annotations
 
@@ -88,6 +89,24 @@ SCATTERS = frozenset({Op.SCATTER_STRIDED, Op.INDEX_PUT, Op.SCATTER})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 
 
+_ARG_IDS: dict = {}
+
+
+def _arg_id(arg):
+    """A small int per distinct argument, distinct by ==, for node keys. hash(arg) would not
+    do: CPython hashes -1 and -2 alike (and so tuples differing only there), which merged
+    arange(-1, n) with arange(-2, n), or a flip's stride -1 with -2. Floats are told apart by
+    repr (0.0 == -0.0, and nan != nan would make a new key at every trace)."""
+    if arg.__class__ is float:
+        arg = ("float", repr(arg))
+    try:
+        return _ARG_IDS[arg]
+    except KeyError:
+        return _ARG_IDS.setdefault(arg, len(_ARG_IDS))
+    except TypeError:               # unhashable (a list): its repr identifies it
+        return repr(arg)
+
+
 class Node:
     """One value in the trace. Immutable; `key` is structural (Note [IR keys])."""
 
@@ -100,7 +119,8 @@ class Node:
         put(self, "shape", shape)
         put(self, "src", src)
         put(self, "arg", arg)
-        put(self, "key", hash((op, dtype, shape, arg, tuple([s.key for s in src]))))
+        put(self, "key", hash((op, dtype, shape, arg if arg is None else _arg_id(arg),
+                               tuple([s.key for s in src]))))
 
     def __setattr__(self, name, value):
         raise AttributeError("lazydev IR nodes are immutable")

@@ -1,0 +1,179 @@
+"""nn ops compiled natively: pooling, resampling, convolution, batch norm, losses and their
+backwards (tensor/vjp.py, pool.py, conv.py, norm.py, pairwise.py, sampling.py, ctc.py).
+
+Each test compares values and gradients with eager CPU and asserts that nothing ran through
+the CPU fallback; a few check the machinery itself (the vjp trace cache, out= ops, float
+summation order, the generated C's rounding)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazydev
+from conftest import assert_same
+from lazydev.tensor import vjp
+
+
+def fallbacks():
+    return lazydev.metrics.counters()["fallbacks"]
+
+
+def run_both(fn, *inputs):
+    """fn's outputs and the gradients of their sum, on the CPU and on wse, compared."""
+    results = []
+    for device in ("cpu", "wse"):
+        xs = [x.detach().to(device).requires_grad_(x.requires_grad) for x in inputs]
+        out = fn(*xs)
+        outs = out if isinstance(out, tuple) else (out,)
+        total = sum(o.sum() for o in outs if o.dtype.is_floating_point)
+        grads = torch.autograd.grad(total, [x for x in xs if x.requires_grad])
+        results.append([o.detach() for o in outs] + list(grads))
+    for a, e in zip(results[1], results[0]):
+        assert_same(a, e)
+    assert fallbacks() == {}
+
+
+def leaf(*shape):
+    return torch.randn(*shape).requires_grad_()
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(ceil_mode=True, count_include_pad=False),
+                                    dict(stride=1, padding=1, divisor_override=3)])
+def test_avg_pool(kwargs):
+    run_both(lambda x: F.avg_pool2d(x, 3, **kwargs), leaf(2, 3, 7, 8))
+    run_both(lambda x: F.avg_pool3d(x, 2, **kwargs), leaf(1, 2, 5, 4, 5))
+
+
+def test_adaptive_pools_uneven_windows():
+    run_both(lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), leaf(2, 3, 7, 9))
+    run_both(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), leaf(2, 5, 7, 6))
+    run_both(lambda x: F.max_pool3d(x, 2, return_indices=True), leaf(1, 2, 4, 5, 6))
+
+
+def test_fractional_max_pool_uses_the_cpu_generator_draws():
+    torch.manual_seed(0)
+    samples = torch.rand(2, 3, 2)
+    run_both(lambda x, u: F.fractional_max_pool2d(x, 2, output_size=(4, 3), _random_samples=u),
+             leaf(2, 3, 9, 7), samples)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic", "area"])
+def test_interpolate_backward_is_traced_once(mode):
+    vjp._GRAPHS.clear()
+    for _ in range(2):
+        run_both(lambda x: F.interpolate(x, size=(5, 7), mode=mode), leaf(2, 3, 4, 3))
+    assert len(vjp._GRAPHS) == 1        # one trace per (op, argument metadata), then replayed
+
+
+def test_antialiased_resize():
+    run_both(lambda x: F.interpolate(x, size=(3, 11), mode="bilinear", antialias=True),
+             leaf(2, 2, 9, 6))
+
+
+def test_replicate_pad_shrink_and_margin_losses():
+    run_both(lambda x: F.pad(x, (2, 1, 1, 3), mode="replicate"), leaf(2, 3, 4, 5))
+    run_both(lambda x: F.softshrink(x, 0.5) + F.hardshrink(x, 0.3), leaf(20))
+    target = torch.tensor([1, 0, 3])
+    run_both(lambda x: F.multi_margin_loss(x, target.to(x.device)), leaf(3, 4))
+
+
+@pytest.mark.parametrize("conv", [
+    lambda x, w: F.conv3d(x, w, padding=1, stride=(1, 2, 1)),
+    lambda x, w: F.conv_transpose3d(x, w.transpose(0, 1), stride=2, output_padding=1),
+])
+def test_conv3d_and_transposed(conv):
+    run_both(conv, leaf(2, 4, 5, 6, 5), leaf(6, 4, 3, 3, 2))
+
+
+def test_conv_transpose_groups_dilation():
+    run_both(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(3, 2), padding=(1, 2),
+                                                output_padding=(2, 1), groups=2, dilation=2),
+             leaf(2, 4, 5, 4), leaf(4, 3, 3, 2), leaf(6))
+
+
+def test_grid_sampler_3d_matches_the_kernel_summation():
+    grid = (torch.rand(2, 3, 4, 5, 3) * 2.4 - 1.2).requires_grad_()
+    for padding in ("zeros", "border", "reflection"):
+        run_both(lambda x, g: F.grid_sample(x, g, padding_mode=padding, align_corners=False),
+                 leaf(2, 6, 5, 6, 7), grid)
+
+
+def test_distances_and_bilinear():
+    run_both(lambda a, b: torch.cdist(a, b, p=1.5), leaf(2, 5, 3), leaf(2, 4, 3))
+    run_both(lambda a, b: torch.cdist(a, b), leaf(30, 3), leaf(4, 3))    # the matmul form
+    run_both(lambda a: F.pdist(a, p=float("inf")), leaf(6, 4))
+    run_both(F.bilinear, leaf(3, 4), leaf(3, 5), leaf(2, 4, 5), leaf(2))
+
+
+def test_batch_norm_variants():
+    x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+    for training in (True, False):
+        stats = [torch.randn(3), torch.rand(3) + 0.5]
+        wse_stats = [s.to("wse") for s in stats]
+        cpu = torch.ops.aten._native_batch_norm_legit(x, w, b, *stats, training, 0.1, 1e-5)
+        out = torch.ops.aten._native_batch_norm_legit(
+            x.to("wse"), w.to("wse"), b.to("wse"), *wse_stats, training, 0.1, 1e-5)
+        assert_same(list(out), list(cpu))       # eval mode: empty save_mean/save_invstd too
+        assert_same(wse_stats, stats)           # running statistics updated in place
+    assert fallbacks() == {}
+
+
+def test_layer_norm_weight_grad_of_size_one_dim():
+    run_both(lambda x, w, b: F.layer_norm(x, (1,), w, b), leaf(3, 1), leaf(1), leaf(1))
+
+
+def test_rrelu_draws_as_the_cpu_kernel():
+    x = torch.randn(40)
+    results = []
+    for device in ("cpu", "wse"):
+        torch.manual_seed(5)
+        y = F.rrelu(x.to(device), 0.1, 0.3, training=True)
+        results.append((y.cpu(), torch.rand(3)))   # and leaves the generator in the same state
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+    assert fallbacks() == {}
+
+
+def test_ctc_loss():
+    torch.manual_seed(0)
+    log_probs = torch.randn(12, 3, 6).log_softmax(2).requires_grad_()
+    targets = torch.randint(1, 6, (3, 5))
+    run_both(lambda lp: F.ctc_loss(lp, targets.to(lp.device), [12, 10, 9], [5, 3, 4],
+                                   reduction="none"), log_probs)
+
+
+def test_out_variant_and_custom_op_run_natively():
+    a, b = torch.randn(3, 4), torch.randn(4, 2)
+    out = torch.empty(3, 2).to("wse")
+    torch.mm(a.to("wse"), b.to("wse"), out=out)
+    assert_same(out, a @ b)
+    chunked = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2, chunking_method="auto")
+    for reduction in ("mean", "none"):      # two custom ops, the second with a traced backward
+        run_both(lambda x, w: F.linear_cross_entropy(
+            x, w, torch.tensor([1, 0, 2]).to(x.device), reduction=reduction, options=chunked),
+            leaf(3, 4), leaf(5, 4))
+
+
+def test_seqsum_adds_in_order_in_float():
+    from lazydev.tensor.sampling import seqsum
+    torch.manual_seed(0)
+    t = torch.randn(3, 300) * 100
+    expected = torch.zeros(3)
+    for i in range(t.shape[1]):
+        expected = expected + t[:, i]           # float32, left to right
+    assert torch.equal(seqsum(t.to("wse"), 1).cpu(), expected)
+
+
+def test_generated_c_rounds_each_operation():
+    # (c + 1) * 22 - 1 rounds twice on the CPU; an fma would round once.
+    c = torch.tensor([0.47814083099365234, 0.1, -0.3])
+    assert torch.equal((((c.to("wse") + 1) * 22 - 1) / 2).cpu(), ((c + 1) * 22 - 1) / 2)
+
+
+def test_node_keys_tell_minus_one_from_minus_two():
+    # CPython hashes -1 like -2; replicate padding's two index aranges once shared one node.
+    from lazydev.trace.ir import Node, Op
+    a, b = (Node(Op.CONST, torch.int64, (), (), v) for v in (-1, -2))
+    assert a.key != b.key
+    x = torch.randn(2, 3, 4, 5)
+    assert_same(F.pad(x.to("wse"), (2, 1, 1, 3), mode="replicate"),
+                F.pad(x, (2, 1, 1, 3), mode="replicate"))
