@@ -389,8 +389,9 @@ def inplace_op(func, args, kwargs):
     if out is not None:
         return out
     result = dispatch(fn, args, kwargs)
-    # One mutated argument (a tensor, or a foreach op's list of tensors) has one result.
-    results = (result,) if len(positions) == 1 else result
+    # A tuple holds one result per mutated argument; anything else (a tensor, or a foreach op's
+    # list of tensors) is the result for the first one (rrelu_with_noise_ writes its noise itself).
+    results = result if isinstance(result, tuple) else (result,)
     targets = [_arg_at(func, pos, args, kwargs) for pos in positions]
     for target, res in zip(targets, results):
         if isinstance(target, WseTensor) and isinstance(res, WseTensor) \
