@@ -110,8 +110,9 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
         if name is None:            # Note [Kernel deduplication]
             name = names[body] = f"k{len(names)}"
             kernels.append(f"/* {n!r} */\nWSE_KERNEL int {name}({KERNEL_ARGS}) {{\n{body}")
-        calls.append(_call(name, ptr_args, slots))
-    units = _units(_preamble(prefix), kernels, _entry(nin + len(out_nbytes), calls), special)
+        calls.append((int(name[1:]), [_pointer_code(a) for a in ptr_args], slots))
+    entry = _entry(nin + len(out_nbytes), calls, len(names))
+    units = _units(_preamble(prefix), kernels, entry, special)
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order))
     return units, layout
 
@@ -123,11 +124,12 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
 # text, emitted and compiled once: a transformer step has several times fewer distinct kernels
 # than kernel calls, and gcc time is what a cold first step costs.
 
-def _call(name: str, ptr_args: list, slots: list) -> str:
-    p = f"void* P[] = {{{', '.join(ptr_args)}}}; " if ptr_args else ""
-    sc = f"const double S[] = {{{', '.join(f'sc[{j}]' for j in slots)}}}; " if slots else ""
-    args = f"lib, {'P' if p else '0'}, {'S' if sc else '0'}, errinfo"
-    return f"  {{ {p}{sc}if ((rc = {name}({args}))) return rc; }}"
+def _pointer_code(expr: str) -> int:
+    """A kernel pointer argument as one int for the call table: i >= 0 is bufs[i], -1 - off is
+    arena + off (the only two forms generate() makes)."""
+    if expr.startswith("bufs["):
+        return int(expr[5:-1])
+    return -1 - int(expr.split("+")[1])
 
 
 UNIT_LINES = 400      # a translation unit of about this size is worth its own gcc process
@@ -138,11 +140,14 @@ def _units(preamble: str, kernels: list, entry: str, special: str = "") -> list:
     chunks, one per core at most; the last unit also declares every kernel and has the entry.
     A unit whose kernels call a special function also gets `special` after the preamble."""
     lines = sum(k.count("\n") for k in kernels)
-    n = max(1, min(os.cpu_count() or 1, -(-lines // UNIT_LINES)))
+    entry_cost = 0                    # the entry is a table and a loop (_entry): cheap to compile
+    n = max(1, min(os.cpu_count() or 1, -(-(lines + entry_cost) // UNIT_LINES)))
     chunks = [[] for _ in range(n)]
     sizes = [0] * n
+    sizes[-1] = entry_cost if n > 1 else 0
+    share = (lines + entry_cost) / n
     for k in kernels:                 # in order, filling each chunk to an even share
-        i = min(range(n), key=lambda j: (sizes[j] >= lines / n, j)) if n > 1 else 0
+        i = min(range(n), key=lambda j: (sizes[j] >= share, j)) if n > 1 else 0
         chunks[i].append(k)
         sizes[i] += k.count("\n")
     decls = "\n".join(f"WSE_KERNEL int k{i}({KERNEL_ARGS});" for i in range(len(kernels)))
@@ -167,14 +172,46 @@ def _preamble(prefix: str) -> str:
     ])
 
 
-def _entry(arena_index: int, calls: list) -> str:
+def _table(ctype: str, name: str, values) -> str:
+    body = ", ".join(str(v) for v in values) or "0"
+    return f"static const {ctype} {name}[] = {{{body}}};"
+
+
+def _entry(arena_index: int, calls: list, n_kernels: int) -> str:
+    """wse_entry: the kernel calls as data (kernel, pointer arguments, scalar slots per call)
+    and one loop that binds P and S and calls. Written as one C block per call, 500 calls
+    (a transformer step) took gcc a second; a table takes nothing."""
+    kernel_ids, pstart, pargs, sstart, sargs = [], [0], [], [0], []
+    for kid, ptr_codes, slots in calls:
+        kernel_ids.append(kid)
+        pargs += ptr_codes
+        pstart.append(len(pargs))
+        sargs += slots
+        sstart.append(len(sargs))
+    max_p = max((len(c[1]) for c in calls), default=0) or 1
+    max_s = max((len(c[2]) for c in calls), default=0) or 1
+    fns = ", ".join(f"k{i}" for i in range(n_kernels)) or "0"
     return "\n".join([
+        f"typedef int (*wse_kernel_fn)({KERNEL_ARGS});",
+        f"static const wse_kernel_fn kernel_fns[] = {{{fns}}};",
+        _table("int32_t", "call_kernel", kernel_ids),
+        _table("int32_t", "call_pstart", pstart), _table("int64_t", "call_p", pargs),
+        _table("int32_t", "call_sstart", sstart), _table("int32_t", "call_s", sargs),
         "int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* sc, "
         "int64_t* errinfo) {",
         f"  char* arena = (char*)bufs[{arena_index}];",
-        "  int rc = 0; (void)arena;",
-        *calls,
-        "  return rc;",
+        f"  void* P[{max_p}]; double S[{max_s}];",
+        f"  for (int c = 0; c < {len(calls)}; c++) {{",
+        "    for (int j = call_pstart[c]; j < call_pstart[c + 1]; j++) {",
+        "      int64_t v = call_p[j];",
+        "      P[j - call_pstart[c]] = v >= 0 ? bufs[v] : (void*)(arena + (-1 - v));",
+        "    }",
+        "    for (int j = call_sstart[c]; j < call_sstart[c + 1]; j++)",
+        "      S[j - call_sstart[c]] = sc[call_s[j]];",
+        "    int rc = kernel_fns[call_kernel[c]](lib, P, S, errinfo);",
+        "    if (rc) return rc;",
+        "  }",
+        "  return 0;",
         "}",
         "",
     ])
