@@ -126,3 +126,11 @@ def test_a_long_elementwise_chain_compiles():
         y = y * 0.999 + 0.001
         yw = yw * 0.999 + 0.001
     assert_same(yw, y)
+
+
+def test_sparse_tensors_get_a_clear_error():
+    dense = torch.randn(3, 3)
+    with pytest.raises(NotImplementedError, match="to_dense"):
+        dense.to_sparse().to("wse")
+    with pytest.raises(NotImplementedError, match="strided"):
+        dense.to("wse").to_sparse()

@@ -181,6 +181,10 @@ def _node_args(a, allow_cpu=False):
 
 def _upload(cpu: torch.Tensor) -> WseTensor:
     from .wse_tensor import from_cpu
+    if cpu.layout != torch.strided:
+        raise NotImplementedError(
+            f"the wse device stores dense (strided) tensors only, not {cpu.layout}: keep sparse "
+            "tensors on the CPU, or densify them first with .to_dense()")
     return from_cpu(cpu.detach().contiguous())
 
 
