@@ -41,12 +41,12 @@ class Emitter:
 
     def __init__(self, b: CBuilder, ptrs: dict, realized: set):
         self.b = b
-        self.ptrs = ptrs            # id(node) -> C pointer expression, for realized nodes
+        self.ptrs = ptrs            # id(node) -> pointer code (program.generate), realized nodes
         self.realized = realized
         self.decls: dict = {}       # pointer variable -> declaration
         # The kernel reads its buffers as P[i] and its runtime scalars as S[j]; the caller binds
         # them (Note [Kernel deduplication] in program.py), so equal loop nests are equal text.
-        self.ptr_args: list = []    # C pointer expression per P index
+        self.ptr_args: list = []    # pointer code per P index
         self.scalar_args: dict = {}  # scalar slot -> S index
         self.uses_error = False
 

@@ -85,7 +85,8 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     datas = [n for n in order if n.op is Op.DATA]
     input_slots = sorted({n.arg for n in datas})
     input_pos = {s: i for i, s in enumerate(input_slots)}
-    ptrs = {id(n): f"bufs[{input_pos[n.arg]}]" for n in datas}
+    # Pointer codes for the call table (_entry): i >= 0 is bufs[i], -1 - off is arena + off.
+    ptrs = {id(n): input_pos[n.arg] for n in datas}
     out_nbytes, out_map, out_index = [], [], {}
     for o in outputs:
         if o.op is Op.DATA:
@@ -97,21 +98,21 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
         out_map.append(("new", out_index[id(o)]))
     nin = len(input_slots)
     for nid, k in out_index.items():
-        ptrs[nid] = f"bufs[{nin + k}]"
+        ptrs[nid] = nin + k
     kernel_nodes = [n for n in order if id(n) in realized]
     scratch = {id(n) for n in kernel_nodes if id(n) not in out_index}
     offsets, arena = plan_arena(kernel_nodes, scratch, _reads(order, realized))
     for nid, off in offsets.items():
-        ptrs[nid] = f"arena + {off}"
-    kernels, calls, names = [], [], {}
+        ptrs[nid] = -1 - off
+    kernels, calls, ids = [], [], {}
     for n in kernel_nodes:
         body, ptr_args, slots = emit_kernel(n, ptrs, realized)
-        name = names.get(body)
-        if name is None:            # Note [Kernel deduplication]
-            name = names[body] = f"k{len(names)}"
-            kernels.append(f"/* {n!r} */\nWSE_KERNEL int {name}({KERNEL_ARGS}) {{\n{body}")
-        calls.append((int(name[1:]), [_pointer_code(a) for a in ptr_args], slots))
-    entry = _entry(nin + len(out_nbytes), calls, len(names))
+        kid = ids.get(body)
+        if kid is None:             # Note [Kernel deduplication]
+            kid = ids[body] = len(ids)
+            kernels.append(f"/* {n!r} */\nWSE_KERNEL int k{kid}({KERNEL_ARGS}) {{\n{body}")
+        calls.append((kid, ptr_args, slots))
+    entry = _entry(nin + len(out_nbytes), calls, len(ids))
     units = _units(_preamble(prefix), kernels, entry, special)
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order))
     return units, layout
@@ -124,14 +125,6 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
 # text, emitted and compiled once: a transformer step has several times fewer distinct kernels
 # than kernel calls, and gcc time is what a cold first step costs.
 
-def _pointer_code(expr: str) -> int:
-    """A kernel pointer argument as one int for the call table: i >= 0 is bufs[i], -1 - off is
-    arena + off (the only two forms generate() makes)."""
-    if expr.startswith("bufs["):
-        return int(expr[5:-1])
-    return -1 - int(expr.split("+")[1])
-
-
 UNIT_LINES = 400      # a translation unit of about this size is worth its own gcc process
 
 
@@ -140,12 +133,10 @@ def _units(preamble: str, kernels: list, entry: str, special: str = "") -> list:
     chunks, one per core at most; the last unit also declares every kernel and has the entry.
     A unit whose kernels call a special function also gets `special` after the preamble."""
     lines = sum(k.count("\n") for k in kernels)
-    entry_cost = 0                    # the entry is a table and a loop (_entry): cheap to compile
-    n = max(1, min(os.cpu_count() or 1, -(-(lines + entry_cost) // UNIT_LINES)))
+    n = max(1, min(os.cpu_count() or 1, -(-lines // UNIT_LINES)))
     chunks = [[] for _ in range(n)]
     sizes = [0] * n
-    sizes[-1] = entry_cost if n > 1 else 0
-    share = (lines + entry_cost) / n
+    share = lines / n                 # the entry (a table and a loop, _entry) costs gcc nothing
     for k in kernels:                 # in order, filling each chunk to an even share
         i = min(range(n), key=lambda j: (sizes[j] >= share, j)) if n > 1 else 0
         chunks[i].append(k)

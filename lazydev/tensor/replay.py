@@ -29,7 +29,7 @@ from ..trace.lower import LOWERINGS
 from ..trace.meta import _VALUE_SENSITIVE, Spec, infer
 from .wse_tensor import WseTensor, from_node, value, write
 
-_PLANS: dict = {}           # signature -> Plan, or None when not replayable
+_PLANS: dict = {}           # signature -> Plan (a view op: its output specs), or None
 _MAX_PLANS = 20000          # a bound against signatures that never repeat (growing shapes)
 _SPECIAL_FLOATS = (0.0, 1.0, -1.0)
 _PROBES = ((1.2345678912345, 0.8765432198765), (2.7182818284, 0.3183098861))
@@ -322,17 +322,10 @@ def _ref_shape(plan, ref, tensors):
 def run_view(func, args, kwargs, base):
     """A view op: new wse tensors over `base`'s storage from the cached output metadata, or None
     (general path). The plan here is just the output specs."""
-    tensors: list = []
-    try:
-        key = signature(func, args, kwargs, tensors, [])
-        specs = _PLANS[key]
-    except KeyError:
-        specs = _PLANS[key] = _view_specs(func, args, kwargs, base)
-    except (_NotReplayable, TypeError):
+    found = _lookup(func, args, kwargs, lambda _: _view_specs(func, args, kwargs, base))
+    if found is None:
         return None
-    if specs is None:
-        return None
-    st = base._st
+    specs, st = found[0], base._st
     if type(specs) is list:         # several views (split, unbind, ...)
         return tuple([WseTensor._view(st, *s) for s in specs])
     return WseTensor._view(st, *specs)
