@@ -208,7 +208,7 @@ def lowered_op(func, args, kwargs):
         return fallback_op(func, args, kwargs, why=f"no meta kernel: {e}")
     allow_cpu = func in _CPU_INDEX_OK
     try:
-        if _complex(spec):
+        if meta.involves_complex(spec):
             raise _ComplexArg
         nargs = _node_args(args, allow_cpu)
         nkwargs = {k: _node_args(v, allow_cpu) for k, v in kwargs.items()} if kwargs else {}
@@ -226,17 +226,8 @@ _CPU_INDEX_OK = frozenset({aten.index.Tensor, aten._unsafe_index.Tensor, aten.in
                            aten._unsafe_index_put.default})
 
 
-def _complex(x) -> bool:
-    """Whether a spec, tensor or (nested) argument list involves a complex dtype."""
-    if isinstance(x, (torch.Tensor, meta.Spec)):
-        return x.dtype.is_complex
-    if isinstance(x, (list, tuple, type({}.values()))):
-        return any(_complex(v) for v in x)
-    return False
-
-
 def decomposed_op(func, args, kwargs):
-    if _complex(args) or _complex(kwargs.values()) or _complex_out(func, args, kwargs):
+    if meta.involves_complex((args, kwargs.values())) or _complex_out(func, args, kwargs):
         return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
     own = DECOMPOSITIONS.get(func)
     if own is not None:
@@ -252,7 +243,7 @@ def decomposed_op(func, args, kwargs):
 
 def _complex_out(func, args, kwargs) -> bool:
     try:
-        return _complex(meta.infer(func, args, kwargs))
+        return meta.involves_complex(meta.infer(func, args, kwargs))
     except Exception:               # noqa: BLE001 - no meta kernel: the decomposition decides
         return False
 

@@ -24,9 +24,9 @@ import torch
 from .. import metrics
 from ..trace import state
 from ..trace.build import cast, scalar
-from ..trace.ir import Node, Op
+from ..trace.ir import Node, Op, toposort
 from ..trace.lower import LOWERINGS
-from ..trace.meta import _VALUE_SENSITIVE, Spec, infer
+from ..trace.meta import _VALUE_SENSITIVE, infer, involves_complex
 from .wse_tensor import WseTensor, from_node, value, write
 
 _PLANS: dict = {}           # signature -> Plan (a view op: its output specs), or None
@@ -163,7 +163,6 @@ def _linearise(out, n_inputs: int, probes: list, scalars: list):
     outs = [out] if isinstance(out, Node) else list(out)
     if not all(o is None or isinstance(o, Node) for o in outs):
         raise _NotReplayable
-    from ..trace.ir import toposort
     order = toposort([o for o in outs if o is not None])
     live = set()                    # ids of nodes that depend on placeholders or scalars
     for n in order:
@@ -212,7 +211,7 @@ def build(lowered, fn, args, kwargs, n_inputs: int) -> Plan:
     """Plan of lowering rule `fn` of op `lowered`: lowered twice with different probes, kept
     if both runs agree (Note [Replay plans])."""
     spec = infer(lowered, args, kwargs)
-    if _has_complex(spec):
+    if involves_complex(spec):
         raise _NotReplayable
     forms = []
     for probe_set in (0, 1):
@@ -222,14 +221,6 @@ def build(lowered, fn, args, kwargs, n_inputs: int) -> Plan:
         raise _NotReplayable        # the graph depends on a float argument's value
     consts, recipes, out_refs, _ = forms[0]
     return Plan(consts, recipes, out_refs)
-
-
-def _has_complex(spec) -> bool:
-    if isinstance(spec, Spec):
-        return spec.dtype.is_complex
-    if isinstance(spec, tuple):
-        return any(_has_complex(s) for s in spec)
-    return False
 
 
 # ---- entry points (called by the handlers in tensor/dispatch.py) ------------------------------

@@ -30,6 +30,15 @@ class Spec:
         return f"Spec({list(self.shape)}, {self.dtype}, stride={self.stride}, offset={self.offset})"
 
 
+def involves_complex(x) -> bool:
+    """Whether a spec, tensor or (nested) argument list involves a complex dtype."""
+    if isinstance(x, (torch.Tensor, Spec)):
+        return x.dtype.is_complex
+    if isinstance(x, (list, tuple, type({}.values()))):
+        return any(involves_complex(v) for v in x)
+    return False
+
+
 class MetaUnsupported(Exception):
     """The op has no meta kernel: the caller falls back to the CPU."""
 
