@@ -173,6 +173,17 @@ static void potr_one(const call_t* c, int64_t b, int inverse) {
   free(a);
 }
 
+/* A pivoted factorisation's packed output, [factor m x n][pivots k][info] per batch element
+   (the layout of getrf and sytrf); frees the column-major factor and the pivots. */
+static void store_factor(const call_t* c, int64_t b, double* a, int64_t m, int64_t n, int* piv,
+                         int64_t k, int info) {
+  store(a, m, m, n, c->out, c->dbl, b * m * n);
+  store_ints(piv, k, c->out, c->dbl, c->batch * m * n + b * k);
+  put(c->out, c->dbl, c->batch * (m * n + k) + b, info);
+  free(a);
+  free(piv);
+}
+
 /* p = {m, n} -> [LU m x n][pivots k][info]. */
 static void getrf_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], k = m < n ? m : n;
@@ -181,11 +192,7 @@ static void getrf_one(const call_t* c, int64_t b) {
   int* piv = ialloc(k);
   load(c->in[0], c->dbl, b * m * n, m, n, a, m);
   if (k > 0) L.getrf(&mm, &nn, a, &lda, piv, &info);
-  store(a, m, m, n, c->out, c->dbl, b * m * n);
-  store_ints(piv, k, c->out, c->dbl, c->batch * m * n + b * k);
-  put(c->out, c->dbl, c->batch * (m * n + k) + b, info);
-  free(a);
-  free(piv);
+  store_factor(c, b, a, m, n, piv, k, info);
 }
 
 /* p = {n, nrhs, trans}; in = {LU, pivots, B} -> X. */
@@ -395,11 +402,7 @@ static void sytrf_one(const call_t* c, int64_t b) {
     L.sytrf(&uplo, &nn, a, &lda, piv, w, &lw, &info, 1);
     free(w);
   }
-  store(a, n, n, n, c->out, c->dbl, b * n * n);
-  store_ints(piv, n, c->out, c->dbl, c->batch * n * n + b * n);
-  put(c->out, c->dbl, c->batch * (n * n + n) + b, info);
-  free(a);
-  free(piv);
+  store_factor(c, b, a, n, n, piv, n, info);
 }
 
 /* p = {n, nrhs}; in = {LD, pivots, B} -> X (sytrs, lower). */

@@ -36,6 +36,7 @@ int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
 /* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol
    missing.  Without it the GEMM kernels fall back to a slow reference loop. */
 int   wse_blas_load(const char* path);
+void  wse_warmup(void);                 /* start the OpenMP pool and OpenBLAS buffers */
 const char* wse_prefix_source(void);  /* defined by the cffi build (_build.py) */
 
 /* ---- internal: shared between wse_runtime.c and wse_kernels.c ------------- */
