@@ -23,6 +23,8 @@ void    wse_reset_peak(void);         /* peak := current bytes in use */
 int64_t wse_capacity(void);           /* default: $LAZYDEV_DEVICE_MEMORY or 16 GiB */
 void    wse_set_capacity(int64_t nbytes);
 int64_t wse_num_buffers(void);
+int64_t wse_cached_bytes(void);      /* freed blocks kept for reuse (host memory) */
+void    wse_empty_cache(void);        /* release them */
 
 /* ---- programs ------------------------------------------------------------- */
 /* dlopen + dlsym("wse_entry").  Returns the entry point, or NULL with the

@@ -95,6 +95,36 @@ def test_peak_tracking():
     assert rt.memory_stats()["peak_bytes"] == s1["bytes_in_use"]
 
 
+def test_freed_large_blocks_are_reused_not_counted():
+    """Large freed blocks go to the block cache (a step re-allocates the same sizes) and
+    come back for the next allocation of their size class; accounting counts live bytes only,
+    and empty_cache() returns cached blocks to the host."""
+    s0 = stats()
+    a = Buffer(3 << 20)
+    addr = a.addr
+    del a
+    s1 = rt.memory_stats()
+    assert s1["bytes_in_use"] == s0["bytes_in_use"]
+    assert s1["cached_bytes"] >= 3 << 20
+    b = Buffer((3 << 20) + 4096)           # same size class: the cached block is handed out
+    assert b.addr == addr
+    assert rt.memory_stats()["cached_bytes"] < s1["cached_bytes"]
+    b.write(torch.arange(((3 << 20) + 4096) // 4, dtype=torch.int32))
+    assert b.to_tensor(torch.int32, (5,), start=7).tolist() == [7, 8, 9, 10, 11]
+    del b
+    rt.empty_cache()
+    assert rt.memory_stats()["cached_bytes"] == 0
+    small = Buffer(100)                     # small blocks bypass the cache
+    del small
+    assert rt.memory_stats()["cached_bytes"] == 0
+
+
+def test_to_tensor_range_is_checked():
+    b = Buffer(64)
+    with pytest.raises(ValueError, match="from element 10"):
+        b.to_tensor(torch.float32, (8,), start=10)
+
+
 def test_capacity_oom_message(restore_capacity):
     s0 = stats()
     rt.set_capacity(s0["bytes_in_use"] + 10_000)

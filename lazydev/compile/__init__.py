@@ -183,12 +183,13 @@ def wait(buf: Buffer | None = None) -> list:
     return failed
 
 
-def download(buf: Buffer, dtype, numel: int):
-    """Copy a buffer to a new CPU tensor; the caller has waited for it (wait)."""
+def download(buf: Buffer, dtype, numel: int, start: int = 0):
+    """Copy elements [start, start + numel) of a buffer to a new CPU tensor; the caller has
+    waited for it (wait)."""
     t0 = time.perf_counter()
-    t = buf.to_tensor(dtype, (numel,))
+    t = buf.to_tensor(dtype, (numel,), start)
     metrics.add_time("transfer", time.perf_counter() - t0)
-    metrics.count("bytes_to_host", buf.nbytes)
+    metrics.count("bytes_to_host", t.numel() * t.element_size())
     return t
 
 

@@ -11,9 +11,11 @@ to a const temporary, so a value used twice in one loop body is computed once.
 """
 from __future__ import annotations
 
+import contextlib
 
 from ..trace.ir import BINARY, UNARY, Node, Op
 from . import cexpr
+from .affine import IndexAlgebra
 from .cbuilder import CBuilder
 from .cexpr import CodegenUnsupported, literal, vtype
 
@@ -49,8 +51,32 @@ class Emitter:
         self.ptr_args: list = []    # pointer code per P index
         self.scalar_args: dict = {}  # scalar slot -> S index
         self.uses_error = False
+        self.ix = IndexAlgebra(lambda expr: self.index_temp(expr, "q"))
 
     # -- indices --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def loop(self, var: str, extent, step: int = 1, hi: int | None = None):
+        """`for (var = 0; var < extent; var += step)`, its range known to index simplification
+        (Note [Affine indices]); `hi` bounds var when `extent` is not a number."""
+        if hi is None:
+            hi = (int(extent) - 1) // step * step
+        inc = f"{var}++" if step == 1 else f"{var} += {step}"
+        prev = self.ix.set_range(var, 0, hi)
+        try:
+            with self.b.block(f"for (int64_t {var} = 0; {var} < {extent}; {inc})"):
+                yield
+        finally:
+            self.ix.restore(var, prev)
+
+    def index_temp(self, expr: str, prefix: str) -> str:
+        """Bind an int64 index expression, in its simplest affine form where it has one."""
+        a = self.ix.parse(expr)
+        if a is not None:
+            expr = a.c()
+        name = self.b.temp("int64_t", expr, prefix=prefix)
+        self.ix.learn(name, expr)
+        return name
+
     def dim(self, idx: Idx, k: int) -> str:
         if idx.dims is None:
             idx.dims = [None] * len(idx.shape)
@@ -62,10 +88,12 @@ class Emitter:
                 stride = 1
                 for d in idx.shape[k + 1:]:
                     stride *= d
-                expr = f"({idx.flat})" if stride == 1 else f"(({idx.flat}) / {stride})"
-                if k > 0:
-                    expr = f"({expr} % {size})"
-                idx.dims[k] = self.b.temp("int64_t", expr, prefix="q")
+                expr = self.ix.coordinate(idx.flat, stride, size if k > 0 else None)
+                if expr is None:
+                    expr = f"({idx.flat})" if stride == 1 else f"(({idx.flat}) / {stride})"
+                    if k > 0:
+                        expr = f"({expr} % {size})"
+                idx.dims[k] = self.index_temp(expr, "q")
         return idx.dims[k]
 
     def flat(self, idx: Idx) -> str:
@@ -77,7 +105,7 @@ class Emitter:
                     if d != "0":
                         terms.append(d if stride == 1 else f"{d} * {stride}")
                 stride *= idx.shape[k]
-            idx.flat = self.b.temp("int64_t", " + ".join(reversed(terms)) or "0", prefix="f")
+            idx.flat = self.index_temp(" + ".join(reversed(terms)) or "0", "f")
         return idx.flat
 
     # -- values ---------------------------------------------------------------------------------
@@ -208,7 +236,7 @@ def _as_strided(e: Emitter, n: Node, idx: Idx) -> str:
         if n.shape[k] != 1 and st != 0:
             d = e.dim(idx, k)
             terms.append(d if st == 1 else f"{d} * {st}")
-    flat = e.b.temp("int64_t", " + ".join(terms) or "0", prefix="f")
+    flat = e.index_temp(" + ".join(terms) or "0", "f")
     s = n.src[0]
     return e.load(s, Idx(s.shape, flat=flat))
 
@@ -236,10 +264,11 @@ def _cat(e: Emitter, n: Node, idx: Idx) -> str:
         lo, hi = start, start + s.shape[dim]
         start = hi
 
-        def thunk(s=s, lo=lo):
+        def thunk(s=s, lo=lo, hi=hi):
             dims = [e.dim(idx, k) if k != dim else (f"({d} - {lo})" if lo else d)
                     for k in range(len(n.shape))]
-            return e.load(s, Idx(s.shape, dims=dims))
+            with e.ix.narrowed(d, lo, hi - 1):     # this branch only runs for lo <= d < hi
+                return e.load(s, Idx(s.shape, dims=dims))
         cases.append((f"{d} < {hi}" if i < len(n.src) - 1 else None, thunk))
     return _branch_value(e, idx, vtype(n.dtype), cases)
 

@@ -38,14 +38,14 @@ def pointwise(e: Emitter, n: Node) -> None:
     inner = n.shape[-1] if n.shape else 1
     if len(n.shape) < 2 or inner < ROW_MIN:
         _omp(b, numel)
-        with b.block(f"for (int64_t i = 0; i < {numel}; i++)"):
+        with e.loop("i", numel):
             _store(e, n, "i", e.compute(n, Idx(n.shape, flat="i")))
         return
     _omp(b, numel)
-    with b.block(f"for (int64_t o = 0; o < {numel // inner}; o++)"):
+    with e.loop("o", numel // inner):
         rows = Idx(n.shape[:-1], flat="o")
         dims = [e.dim(rows, k) for k in range(len(n.shape) - 1)]
-        with b.block(f"for (int64_t j = 0; j < {inner}; j++)"):
+        with e.loop("j", inner):
             idx = Idx(n.shape, dims=dims + ["j"], flat=f"o * {inner} + j")
             _store(e, n, idx.flat, e.compute(n, idx))
 
@@ -80,7 +80,7 @@ def reduction(e: Emitter, n: Node) -> None:
     inner_parallel = out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN
     if not inner_parallel and out_numel > 1:
         _omp(b, out_numel * red)
-    with b.block(f"for (int64_t o = 0; o < {out_numel}; o++)"):
+    with e.loop("o", out_numel):
         b.line(f"{acc_t} acc = {cexpr.REDUCE_INIT[n.op](n.dtype)};")
         if inner_parallel:
             b.line("#pragma omp parallel for simd schedule(static) reduction(+:acc)")
@@ -88,7 +88,7 @@ def reduction(e: Emitter, n: Node) -> None:
             # Lets the compiler reorder this sum into vector lanes (the order PyTorch's own
             # vectorised kernels use differs from a serial sum anyway).
             b.line(f"#pragma omp simd reduction({_SIMD_REDUCE[n.op]}:acc)")
-        with b.block(f"for (int64_t r = 0; r < {red}; r++)"):
+        with e.loop("r", red):
             v = e.load(x, _reduce_positions(e, n, x, axes, "o", "r"))
             b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
         _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
@@ -115,15 +115,15 @@ def split_reduction(e: Emitter, n: Node, red: int, k: int) -> None:
     lead = [a for a in axes if a < k]
     acc_t = cexpr.acc_type(n.op, n.dtype)
     _omp(b, n.numel * red)
-    with b.block(f"for (int64_t o = 0; o < {n.numel}; o++)"):
+    with e.loop("o", n.numel):
         b.line(f"{acc_t} acc = {cexpr.REDUCE_INIT[n.op](n.dtype)};")
-        with b.block(f"for (int64_t ro = 0; ro < {red // inner}; ro++)"):
+        with e.loop("ro", red // inner):
             oi, ri = Idx(n.shape, flat="o"), Idx(tuple(x.shape[a] for a in lead), flat="ro")
             dims = [e.dim(ri, lead.index(a)) if a in lead else e.dim(oi, a) for a in range(k)]
             base = e.flat(Idx(x.shape[:k], dims=dims))
             if n.op in _SIMD_REDUCE:
                 b.line(f"#pragma omp simd reduction({_SIMD_REDUCE[n.op]}:acc)")
-            with b.block(f"for (int64_t r = 0; r < {inner}; r++)"):
+            with e.loop("r", inner):
                 v = e.load(x, Idx(x.shape, flat=f"{base} * {inner} + r"))
                 b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
         _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
@@ -135,16 +135,16 @@ def column_reduction(e: Emitter, n: Node, red: int) -> None:
     x, b, out = n.src[0], e.b, n.numel
     acc_t = cexpr.acc_type(n.op, n.dtype)
     _omp(b, out * red)
-    with b.block(f"for (int64_t ob = 0; ob < {out}; ob += {COLUMN_BLOCK})"):
+    with e.loop("ob", out, step=COLUMN_BLOCK):
         b.line(f"const int64_t w = {out} - ob < {COLUMN_BLOCK} ? {out} - ob : {COLUMN_BLOCK};")
         init = cexpr.REDUCE_INIT[n.op](n.dtype)
         b.line(f"{acc_t} acc[{COLUMN_BLOCK}];")
         b.line(f"for (int64_t j = 0; j < {COLUMN_BLOCK}; j++) acc[j] = {init};")
-        with b.block(f"for (int64_t r = 0; r < {red}; r++)"):
-            with b.block("for (int64_t j = 0; j < w; j++)"):
+        with e.loop("r", red):
+            with e.loop("j", "w", hi=COLUMN_BLOCK - 1):
                 v = e.load(x, Idx(x.shape, flat=f"r * {out} + ob + j"))
                 b.line(cexpr.reduce_step(n.op, n.dtype, "acc[j]", v))
-        with b.block("for (int64_t j = 0; j < w; j++)"):
+        with e.loop("j", "w", hi=COLUMN_BLOCK - 1):
             _store(e, n, "ob + j", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc[j]"))
 
 
@@ -155,9 +155,9 @@ def argreduction(e: Emitter, n: Node) -> None:
     init = cexpr.REDUCE_INIT[Op.RMAX if n.op is Op.ARGMAX else Op.RMIN](x.dtype)
     cmp = ">" if n.op is Op.ARGMAX else "<"
     _omp(b, n.numel * size)
-    with b.block(f"for (int64_t o = 0; o < {n.numel}; o++)"):
+    with e.loop("o", n.numel):
         b.line(f"{vt} best = {init}; int64_t bi = 0;")
-        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
+        with e.loop("r", size):
             v = e.load(x, _reduce_positions(e, n, x, (axis,), "o", "r"))
             nan = f" || {v} != {v}" if x.dtype.is_floating_point else ""
             b.line(f"if (!(best != best) && ({v} {cmp} best{nan})) {{ best = {v}; bi = r; }}")
@@ -170,11 +170,11 @@ def scan(e: Emitter, n: Node, axis: int, init: str, step) -> None:
     b, size = e.b, n.shape[axis]
     outer_shape = tuple(d for k, d in enumerate(n.shape) if k != axis)
     _omp(b, n.numel)
-    with b.block(f"for (int64_t o = 0; o < {_prod(outer_shape)}; o++)"):
+    with e.loop("o", _prod(outer_shape)):
         oi = Idx(outer_shape, flat="o")
         outer = [e.dim(oi, k) for k in range(len(outer_shape))]
         b.line(init)
-        with b.block(f"for (int64_t r = 0; r < {size}; r++)"):
+        with e.loop("r", size):
             dims = outer[:axis] + ["r"] + outer[axis:]
             _store(e, n, e.flat(Idx(n.shape, dims=dims)), step(dims))
 
@@ -199,7 +199,7 @@ def value_scan(e: Emitter, n: Node) -> None:
 
 def _copy_base(e: Emitter, n: Node, base: Node) -> None:
     _omp(e.b, n.numel)
-    with e.b.block(f"for (int64_t i = 0; i < {n.numel}; i++)"):
+    with e.loop("i", n.numel):
         _store(e, n, "i", e.load(base, Idx(base.shape, flat="i")))
 
 
@@ -221,7 +221,7 @@ def scatter_strided(e: Emitter, n: Node) -> None:
     overlapping = any(s == 0 and d > 1 for s, d in zip(stride, size))
     if not overlapping:
         _omp(e.b, _prod(size))
-    with e.b.block(f"for (int64_t j = 0; j < {_prod(size)}; j++)"):
+    with e.loop("j", _prod(size)):
         vi = Idx(size, flat="j")
         terms = [str(offset)] + [f"{e.dim(vi, k)} * {s}" for k, s in enumerate(stride)
                                  if size[k] != 1]
@@ -234,7 +234,7 @@ def index_put(e: Emitter, n: Node) -> None:
     _copy_base(e, n, x)
     if not accumulate:
         _omp(e.b, v.numel)
-    with e.b.block(f"for (int64_t j = 0; j < {v.numel}; j++)"):
+    with e.loop("j", v.numel):
         vi = Idx(v.shape, flat="j")
         dims = index_nd_dims(e, x, indices, (first, count, ind_nd, front), vi)
         target = e.flat(Idx(x.shape, dims=dims))
@@ -245,7 +245,7 @@ def scatter(e: Emitter, n: Node) -> None:
     x, index, value = n.src
     dim, reduce = n.arg
     _copy_base(e, n, x)
-    with e.b.block(f"for (int64_t j = 0; j < {index.numel}; j++)"):
+    with e.loop("j", index.numel):
         ii = Idx(index.shape, flat="j")
         dims = [e.dim(ii, k) for k in range(len(index.shape))]
         i = e.checked_index(e.load(index, ii), x.shape[dim])
@@ -309,7 +309,7 @@ def linalg_check(e: Emitter, n: Node) -> None:
     """Fail the program at the first nonzero LAPACK info (Note [Deferred linalg errors])."""
     info = e.ptr(n.src[0])
     e.b.line(f"{e.ptr(n)}[0] = 0;")
-    with e.b.block(f"for (int64_t i = 0; i < {n.src[0].numel}; i++)"):
+    with e.loop("i", n.src[0].numel):
         e.b.line(f"if ({info}[i] != 0) {{ WSE_FAIL(WSE_ERR_LINALG, {info}[i], i); "
                  f"errinfo[2] = {n.arg}; break; }}")
 

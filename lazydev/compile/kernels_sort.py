@@ -45,7 +45,7 @@ def searchsorted(e: Emitter, n: Node) -> None:
     test = "(mid_val > val)" if n.arg else "(mid_val >= val)"
     b = e.b
     _omp(b, n.numel * max(1, size.bit_length()))
-    with b.block(f"for (int64_t i = 0; i < {n.numel}; i++)"):
+    with e.loop("i", n.numel):
         val = e.load(values, Idx(values.shape, flat="i"))
         b.line(f"const {cexpr.vtype(seq.dtype)} val = {val};")
         b.line(f"int64_t lo = 0, hi = {size};")

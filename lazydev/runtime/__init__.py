@@ -9,6 +9,7 @@ from .device import (
     DeviceOutOfMemoryError,
     Program,
     blas_library_path,
+    empty_cache,
     memory_stats,
     prefix_source,
     reset_peak,
@@ -17,6 +18,6 @@ from .device import (
 )
 
 __all__ = [
-    "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "memory_stats",
+    "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "empty_cache", "memory_stats",
     "prefix_source", "reset_peak", "set_capacity", "special_source",
 ]

@@ -28,6 +28,8 @@ void    wse_reset_peak(void);
 int64_t wse_capacity(void);
 void    wse_set_capacity(int64_t nbytes);
 int64_t wse_num_buffers(void);
+int64_t wse_cached_bytes(void);
+void    wse_empty_cache(void);
 void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
 int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo);
 int     wse_blas_load(const char* path);

@@ -24,7 +24,7 @@ ffi = _lazydev_wse.ffi
 lib = _lazydev_wse.lib
 
 __all__ = [
-    "DeviceOutOfMemoryError", "Buffer", "Program", "memory_stats", "set_capacity",
+    "DeviceOutOfMemoryError", "Buffer", "Program", "empty_cache", "memory_stats", "set_capacity",
     "reset_peak", "prefix_source", "special_source", "blas_library_path",
 ]
 
@@ -167,15 +167,16 @@ class Buffer:
         if n:
             lib.wse_memcpy(self._live_ptr(), _host_ptr(src), n)
 
-    def to_tensor(self, dtype: torch.dtype, shape) -> torch.Tensor:
-        """A new CPU tensor holding a copy of the first numel*itemsize bytes."""
+    def to_tensor(self, dtype: torch.dtype, shape, start: int = 0) -> torch.Tensor:
+        """A new CPU tensor holding a copy of numel elements from element `start` on."""
         out = torch.empty(tuple(shape), dtype=dtype)
         n = _tensor_nbytes(out)
-        if n > self.nbytes:
-            raise ValueError(
-                f"Buffer.to_tensor: {tuple(shape)} {dtype} needs {n} bytes, buffer has {self.nbytes}")
+        skip = start * out.element_size()
+        if start < 0 or skip + n > self.nbytes:
+            raise ValueError(f"Buffer.to_tensor: {tuple(shape)} {dtype} from element {start} "
+                             f"needs {skip + n} bytes, buffer has {self.nbytes}")
         if n:
-            lib.wse_memcpy(_host_ptr(out), self._live_ptr(), n)
+            lib.wse_memcpy(_host_ptr(out), ffi.cast("char*", self._live_ptr()) + skip, n)
         return out
 
     def numpy_view(self, dtype, count: int) -> np.ndarray:
@@ -194,7 +195,14 @@ def memory_stats() -> dict:
         "peak_bytes": lib.wse_peak_bytes(),
         "capacity": lib.wse_capacity(),
         "num_buffers": lib.wse_num_buffers(),
+        "cached_bytes": lib.wse_cached_bytes(),
     }
+
+
+def empty_cache() -> None:
+    """Release freed device blocks kept for reuse back to the host (they are not counted as
+    in use, but they are resident memory), as torch.cuda.empty_cache() does."""
+    lib.wse_empty_cache()
 
 
 def set_capacity(nbytes: int) -> None:

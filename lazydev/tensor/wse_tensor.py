@@ -273,6 +273,15 @@ def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     sync.sync(reason, needed=st.node is not None or st.buf is None)
     if st.buf is None:
         raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
+    size, stride, offset, _, dtype = t._lz_meta
+    if not t._lz_full and dtype is st.dtype and t._lz_meta[3] == st.numel:
+        # A view reads only the span it covers: one element of a 4M-element result must not
+        # copy 16 MB to the host.
+        end = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
+        if any(n == 0 for n in size):
+            end = offset
+        span = sync.download(st.buf, st.dtype, end - offset, start=offset)
+        return span.as_strided(size, stride, 0).clone()
     flat = sync.download(st.buf, st.dtype, st.numel)
     if t._lz_meta[4] is not st.dtype:
         flat = flat.view(t._lz_meta[4])      # complex pairs (Note [Complex storage])

@@ -25,11 +25,12 @@ def upload(cpu):
     return _compile.upload(cpu)
 
 
-def download(buf, dtype, numel):
-    """A host read: waits for the program writing `buf`, raises its error if it failed."""
+def download(buf, dtype, numel, start=0):
+    """A host read of elements [start, start + numel): waits for the program writing `buf`,
+    raises its error if it failed."""
     state.check_pure()
     _raise_failures(_compile.wait(buf))
-    return _compile.download(buf, dtype, numel)
+    return _compile.download(buf, dtype, numel, start)
 
 
 def wait() -> None:

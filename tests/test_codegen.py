@@ -1,0 +1,80 @@
+"""Index simplification in generated C (Note [Affine indices] in compile/affine.py): values
+against CPU eager for the view patterns it rewrites, the rewrite itself on the emitted C, and
+the algebra's rules on their own, including where it must refuse."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazydev
+from conftest import assert_same
+from lazydev.compile import last_compiled
+from lazydev.compile.affine import IndexAlgebra
+
+
+def _algebra():
+    names = []
+
+    def bind(expr):            # as the emitter's CBuilder: one temporary per expression
+        if expr not in names:
+            names.append(expr)
+        return f"t{names.index(expr) + 1}"
+    return IndexAlgebra(bind), names
+
+
+def test_divmod_by_loop_ranges():
+    ix, names = _algebra()
+    ix.set_range("o", 0, 1023)
+    ix.set_range("j", 0, 1023)
+    assert ix.coordinate("o * 1024 + j", 1, 1024) == "j"
+    assert ix.coordinate("o * 1024 + j", 1024, None) == "o"
+    assert names == []
+    ix.set_range("j", 0, 1024)              # one past: j itself must be reduced
+    assert ix.coordinate("o * 1024 + j", 1, 1024) == "t2" and names[1] == "j % 1024"
+
+
+def test_divmod_splits_one_atom_and_joins_it_again():
+    ix, names = _algebra()
+    ix.set_range("r", 0, 1023)
+    ix.set_range("ob", 0, 192)
+    ix.set_range("j", 0, 63)
+    q = ix.coordinate("r * 256 + ob + j", 32768, None)
+    m = ix.coordinate("r * 256 + ob + j", 256, 128)
+    assert (q, m) == ("t1", "t2") and names == ["r / 128", "r % 128"]
+    assert ix.parse(f"{q} * 128 + {m}").c() == "r"
+
+
+def test_negative_or_unknown_terms_are_not_simplified():
+    ix, _ = _algebra()
+    ix.set_range("j", 0, 767)
+    assert ix.coordinate("j - 512", 64, 4) is None          # j - 512 may be negative
+    with ix.narrowed("j", 512, 767):
+        assert ix.coordinate("j - 512", 64, 4) is not None
+    assert ix.coordinate("j - 512", 64, 4) is None          # the narrowing ended
+    assert ix.coordinate("x * 4 + j", 4, None) is None       # x has no known range
+    assert ix.parse("j / 2") is None and ix.parse("(j) * (j)") is None
+    assert ix.parse("3 - (j - 2) * 4").c() == "-j * 4 + 11"
+
+
+def test_bias_gelu_inner_loop_has_no_division():
+    x, b = torch.randn(64, 1024), torch.randn(1024)
+    out = F.gelu(x.to("wse") + b.to("wse"))
+    lazydev.mark_step()
+    assert_same(out, F.gelu(x + b))
+    code = "\n".join(last_compiled["units"])
+    inner = code[code.index("for (int64_t j"):]
+    inner = inner[:inner.index("}")]
+    assert "/" not in inner and "%" not in inner, inner
+
+
+@pytest.mark.parametrize("case", ["heads", "cat_heads", "column_sum", "reshape_twice"])
+def test_rewritten_view_patterns_match_cpu(case):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 128, 256, generator=g)
+    fns = {
+        "heads": lambda t: t.view(8, 128, 4, 64).transpose(1, 2).contiguous() * 2,
+        "cat_heads": lambda t: torch.cat([t.view(8, 128, 4, 64).transpose(1, 2), t.view(
+            8, 4, 128, 64), t.view(8, 128, 4, 64).permute(0, 2, 1, 3)], dim=-1).exp(),
+        "column_sum": lambda t: (t.reshape(-1, 128)[:, :37] * 3).sum(0),
+        "reshape_twice": lambda t: t.reshape(1024, 256).t().reshape(64, 4096).t() + 1,
+    }
+    assert_same(fns[case](x.to("wse")), fns[case](x))
