@@ -43,6 +43,19 @@ def test_avg_pool(kwargs):
     run_both(lambda x: F.avg_pool3d(x, 2, **kwargs), leaf(1, 2, 5, 4, 5))
 
 
+@pytest.mark.parametrize("shape,kwargs", [
+    ((4, 3, 28, 28), dict(kernel_size=2)),                 # tiling windows: the gather form
+    ((2, 3, 7, 9), dict(kernel_size=2)),                   # a remainder row and column
+    ((2, 2, 8, 8), dict(kernel_size=(2, 4))),
+    ((2, 3, 7, 9), dict(kernel_size=2, ceil_mode=True)),   # partial windows: scatter-add
+    ((2, 3, 9, 9), dict(kernel_size=3, stride=2, padding=1)),  # overlapping: scatter-add
+])
+def test_max_pool2d_backward(shape, kwargs):
+    x = torch.randn(*shape)
+    x[0, 0, 0, :4] = 5.0                  # ties: the first maximum gets the gradient
+    run_both(lambda t: F.max_pool2d(t, **kwargs).pow(2), x.requires_grad_())
+
+
 def test_adaptive_pools_uneven_windows():
     run_both(lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), leaf(2, 3, 7, 9))
     run_both(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), leaf(2, 5, 7, 6))

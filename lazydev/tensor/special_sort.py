@@ -48,7 +48,7 @@ def _masked_select(func, args, kwargs):
     x, mask = args[0], args[1]
     if not isinstance(mask, WseTensor):
         return fallback_op(func, args, kwargs, why="masked_select with a CPU mask")
-    shape = tuple(torch.broadcast_shapes(x.shape, mask.shape))
+    shape = build.broadcast_shape(x.shape, mask.shape)
     count = _count(build.expand(value(mask), shape), "masked_select")
     xs, ms = (build.expand(value(t), shape) for t in (x, mask))
     return from_node(lower_sort.compact(build.reshape(xs, (xs.numel,)), ms, count))

@@ -24,6 +24,23 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
+def broadcast_shape(*shapes) -> tuple:
+    """torch.broadcast_shapes for plain int shapes. Torch's goes through the symbolic-shape
+    guards of torch._refs (about 35 us a call), which a lowering run every step cannot afford."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(s, ndim - len(s)):
+            if d != 1:
+                if out[i] not in (1, d):
+                    raise RuntimeError(f"shapes {[list(x) for x in shapes]} cannot be broadcast "
+                                       f"together (dim {i}: {out[i]} vs {d})")
+                out[i] = d
+            elif out[i] == 1:
+                out[i] = d
+    return tuple(out)
+
+
 def is_contiguous(size, stride) -> bool:
     """Row-major dense, ignoring the strides of size-1 dims (they are never stepped)."""
     return all(s == c or d == 1 for d, s, c in zip(size, stride, contiguous_strides(size)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .build import Unsupported, as_node, cast, const, ew, expand, full, permute, reduce, reshape
+from .build import broadcast_shape
 from .build import contiguous_strides as build_strides
 from .ir import Node, Op
 
@@ -378,7 +379,7 @@ def _index_layout(x, indices):
         raise Unsupported("no index tensors")
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     shapes = [indices[d].shape for d in dims]
-    bshape = tuple(torch.broadcast_shapes(*shapes))
+    bshape = broadcast_shape(*shapes)
     idx = tuple(expand(cast(indices[d], torch.int64), bshape) for d in dims)
     return dims, idx, bshape, not adjacent
 

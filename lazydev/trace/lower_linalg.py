@@ -25,7 +25,8 @@ import zlib
 
 import torch
 
-from .build import Unsupported, cast, contiguous_strides, expand, full, permute, reduce, reshape
+from .build import (Unsupported, broadcast_shape, cast, contiguous_strides, expand, full, permute,
+                    reduce, reshape)
 from .ir import Node, Op
 from .lower import register
 from .state import Storage, current
@@ -147,7 +148,7 @@ def _check_errors(spec, info, api_name, *, is_matrix):
 def solve_triangular(a: Node, b: Node, upper: bool, left: bool, unit: bool, dtype) -> Node:
     """A^-1 B (left) or B A^-1 with A triangular; batch dims broadcast."""
     m, n = b.shape[-2:]
-    batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
     k = m if left else n
     srcs = (_mat(a, batch, (k, k), dtype), _mat(b, batch, (m, n), dtype))
     return lapack("trsm", dtype, batch, (left, upper, unit, m, n), srcs, [(m, n)])[0]
@@ -230,7 +231,7 @@ def _linalg_lu_solve(spec, LU, pivots, B, *, left=True, adjoint=False):
     dt = _float(spec.dtype)
     b = B if left else mT(B)
     n, r = b.shape[-2:]
-    batch = tuple(torch.broadcast_shapes(LU.shape[:-2], pivots.shape[:-1], b.shape[:-2]))
+    batch = broadcast_shape(LU.shape[:-2], pivots.shape[:-1], b.shape[:-2])
     srcs = (_mat(LU, batch, (n, n), dt), _ints(pivots, batch, (n,)), _mat(b, batch, (n, r), dt))
     x = lapack("getrs", dt, batch, (n, r, adjoint != (not left)), srcs, [(n, r)])[0]
     return x if left else mT(x)
@@ -335,7 +336,7 @@ def _ormqr(spec, A, tau, C, left=True, transpose=False):
     m, n = C.shape[-2:]
     k = tau.shape[-1]
     r = m if left else n
-    batch = tuple(torch.broadcast_shapes(A.shape[:-2], tau.shape[:-1], C.shape[:-2]))
+    batch = broadcast_shape(A.shape[:-2], tau.shape[:-1], C.shape[:-2])
     srcs = (_mat(_narrow(A, -1, k), batch, (r, k), dt), _mat(tau, batch, (k,), dt),
             _mat(C, batch, (m, n), dt))
     return lapack("ormqr", dt, batch, (m, n, k, left, transpose), srcs, [(m, n)])[0]
@@ -392,7 +393,7 @@ def _ldl_factor_ex(spec, A, *, hermitian=False, check_errors=False):
 def _ldl_solve(spec, LD, pivots, B, *, hermitian=False):
     dt = _float(spec.dtype)
     n, r = B.shape[-2:]
-    batch = tuple(torch.broadcast_shapes(LD.shape[:-2], pivots.shape[:-1], B.shape[:-2]))
+    batch = broadcast_shape(LD.shape[:-2], pivots.shape[:-1], B.shape[:-2])
     srcs = (_mat(LD, batch, (n, n), dt), _ints(pivots, batch, (n,)), _mat(B, batch, (n, r), dt))
     return expand(lapack("sytrs", dt, batch, (n, r), srcs, [(n, r)])[0], spec.shape)
 
@@ -492,7 +493,7 @@ def _linalg_lstsq(A, B, rcond=None, *, driver=None):
     k, mx = b.shape[-1], max(m, n)
     if b.shape[-2] != m:
         raise Unsupported("lstsq: A and B have different numbers of rows")
-    batch = tuple(torch.broadcast_shapes(A.shape[:-2], b.shape[:-2]))
+    batch = broadcast_shape(A.shape[:-2], b.shape[:-2])
     rcond = torch.finfo(dt).eps * mx if rcond is None else rcond
     bits = int.from_bytes(struct.pack("<d", float(rcond)), "little", signed=True)
     X, rank, info = lapack("gels", dt, batch, (m, n, k, driver == "gelsy", bits),

@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from .build import (Unsupported, as_node, cast, contiguous_strides, ew, expand, full, reduce,
-                    reshape)
+from .build import (Unsupported, as_node, broadcast_shape, cast, contiguous_strides, ew, expand,
+                    full, reduce, reshape)
 from .ir import Node, Op
 from .lower import register
 
@@ -30,7 +30,7 @@ def _float(x: Node, dtype) -> Node:
 
 def _bin(op: Op, a: Node, b: Node) -> Node:
     """Elementwise with broadcasting between node shapes."""
-    shape = tuple(torch.broadcast_shapes(a.shape, b.shape))
+    shape = broadcast_shape(a.shape, b.shape)
     return ew(op, a.dtype, shape, a, b)
 
 
@@ -338,6 +338,12 @@ def _max_pool2d_backward(spec, grad, x, kernel_size, stride, padding, dilation, 
                          indices):
     if not x.dtype.is_floating_point:
         raise Unsupported("integer max_pool2d backward")
+    k, p, d = _pair(kernel_size), _pair(padding, [0]), _pair(dilation, [1])
+    s = _pair(stride, k)
+    if s == k and p == [0, 0] and d == [1, 1] and len(x.shape) == 4:
+        tiled = _max_pool2d_backward_tiled(spec, grad, x, k, indices)
+        if tiled is not None:
+            return tiled
     lead = x.shape[:-2]
     plane = x.shape[-2] * x.shape[-1]
     outs = grad.shape[-2] * grad.shape[-1]
@@ -346,6 +352,31 @@ def _max_pool2d_backward(spec, grad, x, kernel_size, stride, padding, dilation, 
     val = reshape(cast(grad, spec.dtype), lead + (outs,))
     gi = Node(Op.SCATTER, spec.dtype, base.shape, (base, idx, val), (len(lead), "add"))
     return reshape(gi, spec.shape)
+
+
+def _max_pool2d_backward_tiled(spec, grad, x, k, indices):
+    """Windows that tile the input (stride == kernel, no padding): each input position is in
+    at most one window, so its gradient is that window's gradient where the window's argmax is
+    this position, else 0. A parallel elementwise loop instead of a serial scatter-add; the
+    scatter is the general case (overlapping windows add)."""
+    n, c, h, w = x.shape
+    oh, ow = grad.shape[-2:]
+    if oh * k[0] > h or ow * k[1] > w:
+        return None                        # ceil_mode's partial windows: the general case
+
+    def up(t: Node, fill) -> Node:         # [n, c, oh, ow] -> [n, c, h, w], each value tiled
+        t = reshape(t, (n, c, oh, 1, ow, 1))
+        t = reshape(expand(t, (n, c, oh, k[0], ow, k[1])), (n, c, oh * k[0], ow * k[1]))
+        if (oh * k[0], ow * k[1]) == (h, w):
+            return t
+        return Node(Op.PAD, t.dtype, (n, c, h, w), (t, as_node(fill, t.dtype)),
+                    ((0, 0), (0, 0), (0, h - oh * k[0]), (0, w - ow * k[1])))
+    i64 = torch.int64
+    here = _bin(Op.ADD, _bin(Op.MUL, Node(Op.INDEX, i64, (n, c, h, w), (), 2), as_node(w, i64)),
+                Node(Op.INDEX, i64, (n, c, h, w), (), 3))
+    hit = Node(Op.EQ, torch.bool, x.shape, (up(reshape(indices, (n, c, oh, ow)), -1), here))
+    g = up(reshape(cast(grad, spec.dtype), (n, c, oh, ow)), 0.0)
+    return Node(Op.WHERE, spec.dtype, spec.shape, (hit, g, full(0, spec.dtype, spec.shape)))
 
 
 def _chunks(x: Node, n: int, dim: int = 1):

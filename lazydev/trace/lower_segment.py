@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .build import Unsupported, as_node, cast, expand, full, reduce, reshape
+from .build import Unsupported, as_node, broadcast_shape, cast, expand, full, reduce, reshape
 from .ir import Node, Op
 from .lower import register, scatter
 from .lower_sort import _bin, narrow, take
@@ -20,7 +20,7 @@ _FOLD = {"sum": "add", "mean": "add", "prod": "mul", "max": "max", "min": "min"}
 
 
 def _where(cond: Node, a: Node, b: Node) -> Node:
-    shape = tuple(torch.broadcast_shapes(cond.shape, a.shape, b.shape))
+    shape = broadcast_shape(cond.shape, a.shape, b.shape)
     return Node(Op.WHERE, a.dtype, shape, (expand(cond, shape), expand(a, shape), expand(b, shape)))
 
 

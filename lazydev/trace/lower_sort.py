@@ -21,7 +21,7 @@ import math
 import torch
 
 from .build import as_node, cast, const, contiguous_strides, ew, expand, full
-from .build import reduce, reshape
+from .build import broadcast_shape, reduce, reshape
 from .ir import Node, Op
 from .lower import _promoted, register, scatter
 
@@ -53,7 +53,7 @@ def narrow(x: Node, axis: int, start: int, length: int) -> Node:
 
 
 def _bin(op: Op, a: Node, b: Node, dtype=None) -> Node:
-    shape = tuple(torch.broadcast_shapes(a.shape, b.shape))
+    shape = broadcast_shape(a.shape, b.shape)
     return ew(op, dtype or a.dtype, shape, a, b)
 
 
