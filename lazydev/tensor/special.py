@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import log
-from ..trace import build, meta
+from ..trace import build, meta, sync
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
 from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write, write_tensor
 
@@ -36,7 +36,8 @@ def _copy_(func, args, kwargs):
     if dst._lz_full and tuple(src.shape) == dst._lz_meta[0]:   # a whole-tensor upload
         st = dst._st
         cpu = src.detach().to(dst.dtype).contiguous()
-        st.replace_buffer(from_cpu(cpu)._st.buf, origin=log.user_frame())
+        buf = from_cpu(cpu)._st.buf if cpu.dtype.is_complex else sync.upload(cpu)
+        st.replace_buffer(buf, origin=log.user_frame())
         return dst
     write_tensor(dst, _upload(src))
     return dst
