@@ -216,6 +216,8 @@ def _compare_tensor(a, e: torch.Tensor, where: str, values: bool) -> None:
         raise Mismatch(f"{where}: shape {list(a.shape)} on wse, {list(e.shape)} on CPU")
     if a.dtype != e.dtype:
         raise Mismatch(f"{where}: dtype {a.dtype} on wse, {e.dtype} on CPU")
+    if a.layout != e.layout:
+        raise Mismatch(f"{where}: layout {a.layout} on wse, {e.layout} on CPU")
     if not values:
         return
     a = a.detach().cpu()
@@ -223,7 +225,7 @@ def _compare_tensor(a, e: torch.Tensor, where: str, values: bool) -> None:
     atol, rtol = TOLERANCES.get(e.dtype, (0, 0))
     try:
         torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True,
-                                   check_device=False, check_stride=False, check_layout=False)
+                                   check_device=False, check_stride=False)
     except AssertionError as err:
         raise Mismatch(f"{where}: {_first_line(err)}") from None
 
