@@ -48,11 +48,7 @@ DEFAULT_TIMEOUT = 120.0     # seconds per entry
 
 # Entries that cannot be compared at all, with the reason (printed by pytest and the report).
 # Keep this short: an entry that merely fails belongs in the report as a failure, not here.
-_SPARSE = ("sparse layouts are not supported on wse (strided tensors only; moving or making a sparse "
-           "tensor raises NotImplementedError saying so)")
-SKIPS: dict = {
-    "to_sparse": _SPARSE, "sparse.sampled_addmm": _SPARSE, "sparse.mm.reduce": _SPARSE,
-}
+SKIPS: dict = {}
 
 # Entries that still fail, with what is known about why. They stay "fail" in the report; the
 # test marks them xfail with this reason (and the failure found) so CI shows them, not hides them.
