@@ -48,11 +48,7 @@ DEFAULT_TIMEOUT = 120.0     # seconds per entry
 
 # Entries that cannot be compared at all, with the reason (printed by pytest and the report).
 # Keep this short: an entry that merely fails belongs in the report as a failure, not here.
-_SPARSE = ("sparse layouts are not supported on wse (strided tensors only; moving or making a sparse "
-           "tensor raises NotImplementedError saying so)")
-SKIPS: dict = {
-    "to_sparse": _SPARSE, "sparse.sampled_addmm": _SPARSE, "sparse.mm.reduce": _SPARSE,
-}
+SKIPS: dict = {}
 
 # Entries that still fail, with what is known about why. They stay "fail" in the report; the
 # test marks them xfail with this reason (and the failure found) so CI shows them, not hides them.
@@ -216,6 +212,8 @@ def _compare_tensor(a, e: torch.Tensor, where: str, values: bool) -> None:
         raise Mismatch(f"{where}: shape {list(a.shape)} on wse, {list(e.shape)} on CPU")
     if a.dtype != e.dtype:
         raise Mismatch(f"{where}: dtype {a.dtype} on wse, {e.dtype} on CPU")
+    if a.layout != e.layout:
+        raise Mismatch(f"{where}: layout {a.layout} on wse, {e.layout} on CPU")
     if not values:
         return
     a = a.detach().cpu()
@@ -223,7 +221,7 @@ def _compare_tensor(a, e: torch.Tensor, where: str, values: bool) -> None:
     atol, rtol = TOLERANCES.get(e.dtype, (0, 0))
     try:
         torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True,
-                                   check_device=False, check_stride=False, check_layout=False)
+                                   check_device=False, check_stride=False)
     except AssertionError as err:
         raise Mismatch(f"{where}: {_first_line(err)}") from None
 

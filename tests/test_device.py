@@ -142,9 +142,12 @@ def test_a_long_elementwise_chain_compiles():
     assert_same(yw, y)
 
 
-def test_sparse_tensors_get_a_clear_error():
+def test_sparse_tensors_are_host_resident_and_run_through_the_fallback():
+    # A sparse wse tensor holds a CPU sparse tensor; its ops run on the CPU (more in
+    # test_sparse.py).
     dense = torch.randn(3, 3)
-    with pytest.raises(NotImplementedError, match="to_dense"):
-        dense.to_sparse().to("wse")
-    with pytest.raises(NotImplementedError, match="strided"):
-        dense.to("wse").to_sparse()
+    coo = dense.to_sparse()
+    torch.testing.assert_close(coo.to("wse").cpu(), coo)
+    torch.testing.assert_close(dense.to("wse").to_sparse().cpu(), coo)
+    torch.testing.assert_close((coo.to("wse") @ dense.to("wse")).cpu(), coo @ dense)
+    assert counters()["fallbacks"] == {"aten._to_sparse.default": 1, "aten.mm.default": 1}

@@ -146,5 +146,6 @@ def register() -> None:
     # ping-pong with it) is pure cost, about a tenth of a step's tracing. Run backward on the
     # calling thread instead. This is thread-local: it applies to the thread importing lazydev.
     torch._C._set_multithreading_enabled(False)
-    from . import foreach
+    from . import foreach, sparse
     foreach.register()
+    sparse.register(_lib)

@@ -18,6 +18,7 @@ from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
 from ..trace.state import current
 from . import foreach, replay
+from .sparse import WseSparseTensor
 from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
                           write_tensor)
 
@@ -30,10 +31,12 @@ class DeviceMismatch(RuntimeError):
     pass
 
 
-def dispatch(func, args, kwargs):
-    handler = _HANDLERS.get(func)
+def dispatch(func, args, kwargs, handler=None):
+    """`handler` is given by sparse tensors (tensor/sparse.py), which run every op on the CPU."""
     if handler is None:
-        handler = _HANDLERS[func] = _choose(func)
+        handler = _HANDLERS.get(func)
+        if handler is None:
+            handler = _HANDLERS[func] = _choose(func)
     current().nodes += 1
     if torch._C._current_graph_task_id() != -1:
         return _in_backward(handler, func, args, kwargs)
@@ -90,6 +93,25 @@ def _raise_deferred():
 
 
 def _choose(func):
+    handler = _choose_handler(func)
+    if any(a.name == "layout" for a in func._schema.arguments):
+        return _strided_only(handler)
+    return handler
+
+
+def _strided_only(handler):
+    """An op that can make a tensor of any layout (zeros_like(x, layout=torch.sparse_coo)): a
+    sparse one is made on the CPU and kept there (tensor/sparse.py); the handlers make strided
+    tensors only."""
+    def run(func, args, kwargs):
+        layout = kwargs.get("layout")
+        if layout is not None and layout != torch.strided:
+            return fallback_op(func, args, kwargs, why="sparse tensors are host-resident")
+        return handler(func, args, kwargs)
+    return run
+
+
+def _choose_handler(func):
     if func in SPECIAL:
         return _real_only(SPECIAL[func])
     if func.name().startswith("aten::_foreach_") and foreach.layout(func) is not None:
@@ -181,10 +203,8 @@ def _node_args(a, allow_cpu=False):
 
 def _upload(cpu: torch.Tensor) -> WseTensor:
     from .wse_tensor import from_cpu
-    if cpu.layout != torch.strided:
-        raise NotImplementedError(
-            f"the wse device stores dense (strided) tensors only, not {cpu.layout}: keep sparse "
-            "tensors on the CPU, or densify them first with .to_dense()")
+    if cpu.layout != torch.strided:     # host-resident (tensor/sparse.py)
+        return WseSparseTensor(cpu.detach())
     return from_cpu(cpu.detach().contiguous())
 
 
@@ -467,6 +487,11 @@ def _copy_back(dst, src):
     if isinstance(dst, (list, tuple)):
         for d, s in zip(dst, src):
             _copy_back(d, s)
+    elif type(dst) is WseSparseTensor:      # its host tensor (or an alias) updated in place
+        if tuple(dst.shape) != tuple(src.shape):
+            raise NotImplementedError("resizing a sparse wse tensor in place is not supported")
+        if src is not dst._host:
+            dst._host = src.detach()
     elif isinstance(dst, WseTensor):
         if tuple(dst.shape) != tuple(src.shape):     # an out= tensor PyTorch resized
             SPECIAL[aten.set_.source_Tensor](None, (dst, _upload(src)), {})
@@ -476,12 +501,22 @@ def _copy_back(dst, src):
 
 def _to_cpu_args(a):
     if isinstance(a, WseTensor):
-        return to_cpu(a, reason="fallback")
+        cpu = _host_arg(a) if type(a) is WseSparseTensor else to_cpu(a, reason="fallback")
+        # Some CPU kernels read requires_grad (_sparse_mm_reduce_impl saves the argmax for the
+        # backward pass only then): they see the flag as on the CPU. No graph is recorded: the
+        # op runs below autograd.
+        return cpu.requires_grad_() if a.requires_grad and not cpu.requires_grad else cpu
     if isinstance(a, (list, tuple)):
         return type(a)(_to_cpu_args(x) for x in a)
     if isinstance(a, torch.device) and a.type == "wse":
         return torch.device("cpu")
     return a
+
+
+def _host_arg(a: WseSparseTensor):
+    """A sparse tensor's own host tensor, not a copy (an in-place op updates it in place); an
+    alias of it (detach) if it is to require grad, as the host tensor itself never does."""
+    return a._host.detach() if a.requires_grad else a._host
 
 
 def _upload_out(out):
