@@ -26,12 +26,17 @@ class Compiled:
         self.arena = None
         self.stats = {"hits": 0, "runs": 0, "execute_s": 0.0}
 
-    def execute(self, inputs: list, scalars: list, context=None) -> list:
+    def execute(self, inputs: list, scalars: list, context=None, donate=()) -> list:
         """Queue a run (Note [Async execution]); returns the output buffers at once, each
         carrying the ticket of this run. Buffers are allocated here, so running out of device
-        memory is raised to the caller, not to the queue."""
+        memory is raised to the caller, not to the queue. `donate`: (output index, input slot)
+        pairs whose input buffer the output may take over (Note [Donation])."""
         lay = self.layout
-        outs = [Buffer(nb) for nb in lay.out_nbytes]
+        outs = [None] * len(lay.out_nbytes)
+        for i, slot in donate:
+            if slot in lay.input_slots and lay.input_slots.index(slot) in lay.donatable.get(i, ()):
+                outs[lay.out_map[i][1]] = inputs[slot]
+        outs = [b if b is not None else Buffer(nb) for b, nb in zip(outs, lay.out_nbytes)]
         if self.arena is None or self.arena.nbytes < lay.arena_bytes:
             self.arena = Buffer(lay.arena_bytes)
         bufs = [inputs[s] for s in lay.input_slots] + outs + [self.arena]
@@ -45,7 +50,7 @@ class Compiled:
             metrics.add_time("execute", dt)
         if config.async_exec:
             ticket = EXEC.submit(job, context)
-            for b in outs:
+            for b in outs:              # donated inputs too: a read waits for this run
                 b.ticket = ticket
         else:
             job()
@@ -115,8 +120,10 @@ def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:
     return Compiled(program, layout, units), built
 
 
-def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, context=None) -> list:
-    """Compute `outputs` (cached by graph key); returns one device buffer per output."""
+def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, context=None,
+              donate: tuple = ()) -> list:
+    """Compute `outputs` (cached by graph key); returns one device buffer per output. `donate`:
+    (output index, input slot) pairs whose input buffers nothing else holds (Note [Donation])."""
     key = hash(tuple([n.key for n in outputs]))
     info["graph_key"] = f"{key & 0xFFFFFFFFFFFF:012x}"
     compiled = _programs.get(key)
@@ -139,11 +146,17 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, cont
         compiled.stats["hits"] += 1
     info["nodes"], info["kernels"] = compiled.layout.nodes, compiled.layout.kernels
     t0 = time.perf_counter()
-    result = compiled.execute(inputs, scalars, context)
+    result = compiled.execute(inputs, scalars, context, donate)
     info["queue_s"] = time.perf_counter() - t0
     compiled.stats["runs"] += 1
     metrics.count("executions")
     return result
+
+
+def held_for_debug(buf) -> bool:
+    """Whether lazydev.debug keeps `buf` as an input of the last compiled graph (so its values
+    must stay as they were: it is never donated, Note [Donation])."""
+    return any(b is buf for b in last_compiled.get("inputs", ()))
 
 
 def programs() -> list[dict]:

@@ -51,6 +51,7 @@ class Emitter:
         self.ptr_args: list = []    # pointer code per P index
         self.scalar_args: dict = {}  # scalar slot -> S index
         self.uses_error = False
+        self.may_alias: set = set()   # pointer codes one run may bind to the same buffer
         self.ix = IndexAlgebra(lambda expr: self.index_temp(expr, "q"))
 
     # -- indices --------------------------------------------------------------------------------
@@ -110,13 +111,15 @@ class Emitter:
 
     # -- values ---------------------------------------------------------------------------------
     def ptr(self, n: Node) -> str:
-        decl = self.decls.get(id(n))
+        code = self.ptrs[id(n)]
+        decl = self.decls.get((code, n.dtype))
         if decl is None:
             name = f"p{len(self.decls)}"
             ct = cexpr.STORE_TYPE[n.dtype]
-            self.ptr_args.append(self.ptrs[id(n)])
-            decl = self.decls[id(n)] = (
-                name, f"{ct}* restrict {name} = ({ct}*)(P[{len(self.ptr_args) - 1}]);")
+            self.ptr_args.append(code)
+            qual = "" if code in self.may_alias else " restrict"
+            decl = self.decls[(code, n.dtype)] = (
+                name, f"{ct}*{qual} {name} = ({ct}*)(P[{len(self.ptr_args) - 1}]);")
         return decl[0]
 
     def load(self, n: Node, idx: Idx) -> str:

@@ -37,7 +37,13 @@ def pointwise(e: Emitter, n: Node) -> None:
     numel, b = n.numel, e.b
     inner = n.shape[-1] if n.shape else 1
     if len(n.shape) < 2 or inner < ROW_MIN:
-        _omp(b, numel)
+        # Written over an input (e.may_alias): element i is read, then written, with no
+        # dependence between iterations, which `simd` tells the compiler.
+        if e.may_alias:
+            b.line("#pragma omp parallel for simd schedule(static)" if numel >= PARALLEL_MIN
+                   else "#pragma omp simd")
+        else:
+            _omp(b, numel)
         with e.loop("i", numel):
             _store(e, n, "i", e.compute(n, Idx(n.shape, flat="i")))
         return
@@ -45,6 +51,8 @@ def pointwise(e: Emitter, n: Node) -> None:
     with e.loop("o", numel // inner):
         rows = Idx(n.shape[:-1], flat="o")
         dims = [e.dim(rows, k) for k in range(len(n.shape) - 1)]
+        if e.may_alias:
+            b.line("#pragma omp simd")
         with e.loop("j", inner):
             idx = Idx(n.shape, dims=dims + ["j"], flat=f"o * {inner} + j")
             _store(e, n, idx.flat, e.compute(n, idx))
@@ -323,12 +331,15 @@ TEMPLATES = {
 }
 
 
-def emit_kernel(n: Node, ptrs: dict, realized: set) -> tuple[str, list, list]:
+def emit_kernel(n: Node, ptrs: dict, realized: set, may_alias=()) -> tuple[str, list, list]:
     """The body of the C function that computes realized node `n` into its buffer, with the
-    pointer expressions and scalar slots its caller binds to P[i] and S[j]."""
+    pointer expressions and scalar slots its caller binds to P[i] and S[j]. `may_alias`: input
+    positions a run may pass as n's own buffer (Note [Donation] in program.py)."""
     body = CBuilder()
     body._indent = 1
     e = Emitter(body, ptrs, realized)
+    if may_alias:
+        e.may_alias = set(may_alias) | {ptrs[id(n)]}
     template = TEMPLATES.get(n.op) or (reduction if n.op in REDUCE else pointwise)
     template(e, n)
     lines = ["  int err = 0; (void)err;"]

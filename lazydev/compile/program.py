@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..trace.ir import Node, Op
+from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op, toposort
 from . import cexpr
 from .cexpr import CodegenUnsupported
 from .codegen import SPECIAL_PREFIX
-from .kernels import KERNEL_ARGS, emit_kernel
+from .kernels import KERNEL_ARGS, TEMPLATES, emit_kernel
 
 ALIGN = 64
 
@@ -22,6 +22,7 @@ class Layout:
     arena_bytes: int
     kernels: int
     nodes: int
+    donatable: dict = None       # output index -> input positions it may overwrite (Note [Donation])
 
 
 def _reads(order: list[Node], realized: set) -> dict:
@@ -75,8 +76,71 @@ def plan_arena(kernel_nodes: list[Node], scratch: set, reads: dict) -> tuple[dic
     return offsets, top
 
 
+# Note [Donation]
+# A step replaces parameters and optimizer state with new values. Computed into new buffers,
+# every step allocates and writes a second copy of them (and a fresh buffer costs the cache a
+# read for ownership before each line is written). So an output may be written over an input
+# buffer, chosen at run time (compile/__init__.py): the caller offers an input buffer that
+# nothing else holds for the output that replaces it (trace/sync.py). The program decides here,
+# from the schedule alone, which (output, input) pairs are safe, so a graph compiles once
+# whichever offers a run gets:
+#   * the output is computed by an elementwise loop nest reading that input only through
+#     elementwise ops of its own shape, so element i is read before i is written; that loop
+#     takes both pointers without `restrict` and is marked ivdep (no loop-carried dependence);
+#   * no kernel after it reads the input, and no output returns the input unchanged;
+#   * every kernel that can fail (an index check, a LAPACK info) runs before it: the program
+#     stops at a failing kernel, so a failed run has overwritten nothing and its inputs are as
+#     they were (Note [Async execution]).
+
+def _elementwise_reader(o: Node, slot: int, realized: set) -> bool:
+    """Whether o's loop nest reads input `slot` only at o's own index (Note [Donation])."""
+    ok, stack, seen = True, [(o, True)], set()
+    while stack and ok:
+        n, direct = stack.pop()
+        for s in n.src:
+            if s.op is Op.DATA:
+                ok = s.arg != slot or (direct and s.shape == o.shape)
+            elif id(s) not in realized and (id(s), direct) not in seen:
+                seen.add((id(s), direct))
+                stack.append((s, direct and s.op in ELEMENTWISE and s.shape == o.shape))
+            if not ok:
+                break
+    return ok
+
+
+def _can_fail(body: str) -> bool:
+    """Whether a kernel can end its program with an error (an index check, a LAPACK info)."""
+    return "WSE_FAIL" in body or "errinfo" in body
+
+
+def _donatable(outputs, kernel_nodes, realized, reads, slot_of, fail_at: int) -> dict:
+    """{output index: input slots it may overwrite} (Note [Donation]). `fail_at`: position of
+    the last kernel that can fail, or -1."""
+    pos = {id(n): i for i, n in enumerate(kernel_nodes)}
+    last_read = {}
+    for n in kernel_nodes:
+        for r in reads[id(n)]:
+            if r in slot_of:
+                last_read[slot_of[r]] = max(last_read.get(slot_of[r], -1), pos[id(n)])
+    returned = {o.arg for o in outputs if o.op is Op.DATA}
+    count: dict = {}
+    for o in outputs:
+        count[id(o)] = count.get(id(o), 0) + 1
+    out = {}
+    for i, o in enumerate(outputs):
+        if (id(o) not in pos or count[id(o)] > 1 or pos[id(o)] <= fail_at
+                or o.op in TEMPLATES or o.op in REDUCE or o.op not in ELEMENTWISE):
+            continue
+        slots = frozenset(slot_of[r] for r in reads[id(o)] if r in slot_of
+                          and slot_of[r] not in returned and last_read[slot_of[r]] == pos[id(o)]
+                          and _elementwise_reader(o, slot_of[r], realized))
+        if slots:
+            out[i] = slots
+    return out
+
+
 def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
-             special: str = ""):
+             special: str = "", hoisted: bool = False):
     """C source and Layout for the scheduled graph. `special` (csrc/wse_special.h) is pasted
     only into the units whose kernels call one of its functions."""
     for n in order:
@@ -101,12 +165,26 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
         ptrs[nid] = nin + k
     kernel_nodes = [n for n in order if id(n) in realized]
     scratch = {id(n) for n in kernel_nodes if id(n) not in out_index}
-    offsets, arena = plan_arena(kernel_nodes, scratch, _reads(order, realized))
+    reads = _reads(order, realized)
+    offsets, arena = plan_arena(kernel_nodes, scratch, reads)
     for nid, off in offsets.items():
         ptrs[nid] = -1 - off
+    emitted = [emit_kernel(n, ptrs, realized) for n in kernel_nodes]
+    fails = [n for n, e in zip(kernel_nodes, emitted) if _can_fail(e[0])]
+    if fails and not hoisted:
+        # Kernels that can fail run as early as their inputs allow, so the updates after them
+        # may overwrite their inputs (Note [Donation]); any topological order is a schedule.
+        first = toposort(fails + list(outputs))
+        if [id(n) for n in first] != [id(n) for n in order]:
+            return generate(outputs, first, realized, prefix, special, hoisted=True)
+    fail_at = max((i for i, e in enumerate(emitted) if _can_fail(e[0])), default=-1)
+    donatable = _donatable(outputs, kernel_nodes, realized, reads,
+                           {id(n): n.arg for n in datas}, fail_at)
+    for i, slots in donatable.items():      # re-emitted with the pointers that may alias
+        k = kernel_nodes.index(outputs[i])
+        emitted[k] = emit_kernel(outputs[i], ptrs, realized, {input_pos[s] for s in slots})
     kernels, calls, ids = [], [], {}
-    for n in kernel_nodes:
-        body, ptr_args, slots = emit_kernel(n, ptrs, realized)
+    for n, (body, ptr_args, slots) in zip(kernel_nodes, emitted):
         kid = ids.get(body)
         if kid is None:             # Note [Kernel deduplication]
             kid = ids[body] = len(ids)
@@ -114,7 +192,8 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
         calls.append((kid, ptr_args, slots))
     entry = _entry(nin + len(out_nbytes), calls, len(ids))
     units = _units(_preamble(prefix), kernels, entry, special)
-    layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order))
+    layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order),
+                    {i: frozenset(input_pos[s] for s in slots) for i, slots in donatable.items()})
     return units, layout
 
 

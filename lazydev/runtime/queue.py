@@ -74,6 +74,10 @@ class ExecQueue:
                 # are garbage (kept, each run would keep its predecessors' buffers alive).
                 ticket.context = None
             ticket.done.set()
+            # Drop the finished job now, not when the next one arrives: its closure holds the
+            # run's buffers, and a buffer something still holds is never donated (Note
+            # [Donation] in compile/program.py).
+            job = ticket = None
 
     def wait(self, ticket: Ticket | None = None) -> list:
         """Wait for `ticket` (or for everything queued); returns the failed and cancelled

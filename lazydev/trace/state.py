@@ -7,7 +7,8 @@ IR node with the storage's numel elements in row-major order). Reading a tensor 
 from the storage value; writing a tensor (any in-place op, through any view) replaces the
 storage's value with a new node, so aliases see the write, exactly as on CPU, while the IR stays
 purely functional. Device buffers are never written after they are produced, so two storages may
-share one buffer safely.
+share one buffer safely; the one exception is a buffer only its own storage holds, which the
+program computing that storage's new value may overwrite (Note [Donation], compile/program.py).
 
 Every storage with a pending value is in the live registry (weakly: a dead temporary is not
 computed). A sync computes all of them at once, so nothing is computed twice.

@@ -11,6 +11,7 @@ current step and in total (metrics.ledger); strict mode raises at the first one,
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 
@@ -100,8 +101,9 @@ def _run(pending, tr, reason, where) -> None:
     outputs = [st.node for st in pending]
     state.new_trace()            # ops recorded from here on belong to the next trace
     context = []                 # (storage, value before, value after): to undo a failed run
+    donate = _donations(pending, tr)
     try:
-        buffers = _compile.run_graph(outputs, tr.inputs, tr.scalars, info, context)
+        buffers = _compile.run_graph(outputs, tr.inputs, tr.scalars, info, context, donate)
     except BaseException as e:
         _revert(pending, e)
         raise
@@ -110,6 +112,24 @@ def _run(pending, tr, reason, where) -> None:
         st.materialise(buf)
     _step["compile"] += info.get("compile_s", 0.0)
     _log_cut(reason, where, len(pending), info, tr)
+
+
+# References to a buffer that only its storage holds: the storage, the trace's input list, the
+# local name below and getrefcount's own argument.
+_SOLE_REFS = 4
+
+
+def _donations(pending, tr) -> tuple:
+    """(output index, input slot) for each storage whose new value may overwrite its current
+    buffer: one this trace reads and nothing else holds, no other storage, no tensor being
+    read on the host, no queued run's undo record (Note [Donation] in compile/program.py)."""
+    out = []
+    for i, st in enumerate(pending):
+        buf = st.buf
+        if (buf is not None and st._slot_trace == tr.id
+                and sys.getrefcount(buf) <= _SOLE_REFS and not _compile.held_for_debug(buf)):
+            out.append((i, st._slot))
+    return tuple(out)
 
 
 def _revert(pending, error) -> None:
