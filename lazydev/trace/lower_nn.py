@@ -327,8 +327,11 @@ def _max_pool2d(spec, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mod
     strides = (c * hp * wp, hp * wp, s[0] * wp, s[1], d[0] * wp, d[1])
     windows = Node(Op.AS_STRIDED, x.dtype, win_shape, (padded,), (strides, 0))
     flat = reshape(windows, (n, c, oh, ow, k[0] * k[1]))
-    values = reduce(Op.RMAX, flat, (4,), False, x.dtype)
-    r = reshape(Node(Op.ARGMAX, torch.int64, (n, c, oh, ow, 1), (flat,), 4), out4)
+    arg = Node(Op.ARGMAX, torch.int64, (n, c, oh, ow, 1), (flat,), 4)
+    # The maximum is the element at the argmax (a NaN where the argmax found one): one read per
+    # window in the consumer's loop, not a second pass over every window.
+    values = reshape(Node(Op.GATHER, x.dtype, arg.shape, (flat, arg), 4), out4)
+    r = reshape(arg, out4)
     index = _pool_window_index(out4, r, k[1], s, p, d, w)
     return reshape(values, spec[0].shape), reshape(index, spec[1].shape)
 
