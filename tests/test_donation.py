@@ -10,7 +10,7 @@ import lazydev
 from conftest import assert_same
 
 
-def _train(device, steps):
+def _train(device, steps, pipelined=False):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 4)).to(device)
@@ -26,14 +26,16 @@ def _train(device, steps):
         opt.step()
         if device == "wse":
             lazydev.mark_step()
-            loss.item()
+            if not pipelined:        # pipelined: the run is still queued when the next is cut
+                loss.item()
             # Weakly: a reference held here would itself keep the buffer from being donated.
             buffers.append([weakref.ref(p._st.buf) for p in model.parameters()])
     return model, opt, buffers
 
 
-def test_parameters_and_momentum_are_updated_in_place():
-    model, opt, buffers = _train("wse", 6)
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_parameters_and_momentum_are_updated_in_place(pipelined):
+    model, opt, buffers = _train("wse", 6, pipelined)
     cpu_model, cpu_opt, _ = _train("cpu", 6)
     for p, q in zip(model.parameters(), cpu_model.parameters()):
         assert_same(p, q)

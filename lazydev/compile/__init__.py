@@ -49,7 +49,7 @@ class Compiled:
             stats["execute_s"] += dt
             metrics.add_time("execute", dt)
         if config.async_exec:
-            ticket = EXEC.submit(job, context)
+            ticket = EXEC.submit(job, context, holds=bufs)
             for b in outs:              # donated inputs too: a read waits for this run
                 b.ticket = ticket
         else:
@@ -151,6 +151,11 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, cont
     compiled.stats["runs"] += 1
     metrics.count("executions")
     return result
+
+
+def queued_references(buf) -> int:
+    """References to `buf` that queued, unfinished runs hold (Note [Donation])."""
+    return EXEC.references(buf)
 
 
 def held_for_debug(buf) -> bool:

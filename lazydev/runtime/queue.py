@@ -23,13 +23,14 @@ class Cancelled(RuntimeError):
 
 
 class Ticket:
-    __slots__ = ("done", "error", "seconds", "context")
+    __slots__ = ("done", "error", "seconds", "context", "holds")
 
-    def __init__(self, context=None):
+    def __init__(self, context=None, holds=None):
         self.done = threading.Event()
         self.error = None
         self.seconds = 0.0
         self.context = context          # what the submitter needs to undo this job on failure
+        self.holds = holds              # the buffers the job runs on (until it has run)
 
 
 class ExecQueue:
@@ -40,9 +41,24 @@ class ExecQueue:
         self._lock = threading.Lock()
         self._unreported: list = []     # failed/cancelled tickets not yet reported
         self._last = None
+        self._inflight: list = []       # tickets submitted, maybe not yet run
 
-    def submit(self, job, context=None) -> Ticket:
-        ticket = Ticket(context)
+    def references(self, obj) -> int:
+        """References to `obj` held for jobs not yet finished: their buffer lists and undo
+        records. A job that finishes meanwhile only drops them, so a caller that reads the
+        object's refcount first and this second never undercounts other holders."""
+        n = 0
+        for t in list(self._inflight):
+            holds, context = t.holds, t.context
+            if t.done.is_set():
+                continue
+            n += sum(b is obj for b in holds or ())
+            n += sum((old is obj) + (new is obj) for _, old, new in context or ())
+        return n
+
+    def submit(self, job, context=None, holds=None) -> Ticket:
+        ticket = Ticket(context, holds)
+        self._inflight = [t for t in self._inflight if not t.done.is_set()] + [ticket]
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="lazydev-exec", daemon=True)
             self._thread.start()
@@ -73,6 +89,7 @@ class ExecQueue:
                 # The undo record holds the buffers this run replaced; once it succeeded they
                 # are garbage (kept, each run would keep its predecessors' buffers alive).
                 ticket.context = None
+            ticket.holds = None
             ticket.done.set()
             # Drop the finished job now, not when the next one arrives: its closure holds the
             # run's buffers, and a buffer something still holds is never donated (Note

@@ -115,7 +115,8 @@ def _run(pending, tr, reason, where) -> None:
 
 
 # References to a buffer that only its storage holds: the storage, the trace's input list, the
-# local name below and getrefcount's own argument.
+# local name below and getrefcount's own argument. Queued runs hold their buffers too; they
+# run before this program, so those references do not count (EXEC.references).
 _SOLE_REFS = 4
 
 
@@ -126,8 +127,8 @@ def _donations(pending, tr) -> tuple:
     out = []
     for i, st in enumerate(pending):
         buf = st.buf
-        if (buf is not None and st._slot_trace == tr.id
-                and sys.getrefcount(buf) <= _SOLE_REFS and not _compile.held_for_debug(buf)):
+        if (buf is not None and st._slot_trace == tr.id and not _compile.held_for_debug(buf)
+                and sys.getrefcount(buf) - _compile.queued_references(buf) <= _SOLE_REFS):
             out.append((i, st._slot))
     return tuple(out)
 
