@@ -154,7 +154,9 @@ def print_report(results: list, targets: list, meta: dict, console: Console) -> 
     load0, load1 = meta["loadavg_start"], meta["loadavg_end"]
     console.print(
         f"[bold]Machine:[/] {meta['cpus']} CPUs, torch {meta['torch']}, {meta['steps']} timed "
-        f"steps after {meta['warmup']} warm-up steps, caches {meta['cache']}, lazydev at "
+        f"steps after {meta['warmup']} warm-up steps"
+        f"{', fastest of %d interleaved runs per pair' % meta['repeat'] if meta.get('repeat', 1) > 1 else ''}"
+        f", caches {meta['cache']}, lazydev at "
         f"{meta['revision']}. Load average "
         f"{load0[0]:.2f} at start, {load1[0]:.2f} at end: with a load near or above the CPU "
         "count, other processes share the cores and every time here is noisy.")

@@ -1,7 +1,7 @@
 """Benchmark wse against CPU eager, torch._lazy (TorchScript) and torch.compile.
 
     python benchmarks/run.py [--workloads a,b] [--backends eager,lazy_ts,compile,wse]
-                             [--steps N] [--json out.json]
+                             [--steps N] [--repeat N] [--json out.json]
 
 One command runs everything; each (workload, backend) pair runs in its own worker process
 (benchmarks/worker.py) so it gets its own peak RSS and cold caches, and a backend that fails or
@@ -39,6 +39,10 @@ def parse_args(argv=None):
                    help=f"comma-separated, from {','.join(BACKENDS)}")
     p.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps after the first step")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run every (workload, backend) this many times, interleaved (eager, ..., "
+                        "wse, eager, ...), and keep each pair's fastest run: this machine's speed "
+                        "drifts by tens of percent over minutes, and noise only adds time")
     p.add_argument("--json", help="also write all results to this file")
     p.add_argument("--timeout", type=float, default=300,
                    help="seconds before one (workload, backend) worker is stopped")
@@ -46,8 +50,8 @@ def parse_args(argv=None):
                    help="use the user's lazydev and inductor disk caches (default: fresh empty "
                         "caches, so the first step includes a real compile)")
     a = p.parse_args(argv)
-    if a.steps < 1 or a.warmup < 0:
-        p.error("--steps must be >= 1 and --warmup >= 0")
+    if a.steps < 1 or a.warmup < 0 or a.repeat < 1:
+        p.error("--steps and --repeat must be >= 1 and --warmup >= 0")
     a.workloads, a.backends = _choices(a.workloads, WORKLOADS), _choices(a.backends, BACKENDS)
     return a
 
@@ -110,15 +114,26 @@ def _progress(console, i: int, n: int, r: dict, seconds: float) -> None:
 
 
 def run_all(args, console) -> list:
-    jobs = [(w, b) for w in args.workloads for b in args.backends]
-    results = []
+    jobs = [(w, b) for w in args.workloads for _ in range(args.repeat) for b in args.backends]
+    runs: dict = {}
     with tempfile.TemporaryDirectory(prefix="lazydev-bench-") as tmp:
         cache_root = None if args.warm_cache else tmp
         for i, (workload, backend) in enumerate(jobs, 1):
             t0 = time.perf_counter()
-            results.append(run_job(workload, backend, args, cache_root))
-            _progress(console, i, len(jobs), results[-1], time.perf_counter() - t0)
-    return results
+            r = run_job(workload, backend, args, cache_root)
+            runs.setdefault((workload, backend), []).append(r)
+            _progress(console, i, len(jobs), r, time.perf_counter() - t0)
+    return [_fastest(rs) for rs in runs.values()]
+
+
+def _fastest(runs: list) -> dict:
+    """The run with the lowest steady median, with every run's steady median beside it."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    best = dict(min(ok, key=lambda r: r["median_s"]))
+    best["repeats_median_s"] = [r.get("median_s") for r in runs]
+    return best
 
 
 def revision() -> str:
@@ -136,6 +151,7 @@ def machine(args) -> dict:
     return {"revision": revision(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "python": platform.python_version(), "steps": args.steps, "warmup": args.warmup,
             "cache": "warm (user's)" if args.warm_cache else "cold (fresh per worker)",
+            "repeat": args.repeat,
             "loadavg_start": os.getloadavg()}
 
 
