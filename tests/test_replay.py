@@ -115,3 +115,23 @@ def test_a_lowering_that_syncs_is_refused_and_runs_the_general_way():
     else:
         raise AssertionError("an uploading lowering was turned into a plan")
     assert not lazydev.trace.state.building_plan
+
+
+def test_batch_norm_replays_with_its_momentum_as_a_runtime_value():
+    """Training-mode batch norm through a plan (its handler also writes the running statistics):
+    values and running statistics match the CPU for changing momentum, with one plan and one
+    program for all of them."""
+    replay.clear()
+    torch.manual_seed(0)
+    cpu, wse = torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4).to("wse")
+    before, compiles = _counts(), []
+    for momentum in (0.1, 0.3, 0.05):
+        cpu.momentum = wse.momentum = momentum
+        x = torch.randn(8, 4, 5, 5)
+        assert_same(wse(x.to("wse")), cpu(x))
+        lazydev.mark_step()
+        compiles.append(lazydev.metrics.counters()["compilations"])
+    assert_same(wse.running_mean, cpu.running_mean)
+    assert_same(wse.running_var, cpu.running_var)
+    assert _counts()[0] - before[0] == 2          # native_batch_norm and num_batches_tracked += 1
+    assert compiles[1:] == compiles[:1] * 2

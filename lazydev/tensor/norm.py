@@ -14,8 +14,9 @@ import torch
 from torch._decomp import decomposition_table
 
 from ..trace.build import as_node, cast, full, reshape
-from ..trace.ir import Op
+from ..trace.ir import Node, Op
 from ..trace.lower_nn import _bin, _un, batch_norm_train
+from . import replay
 from .dispatch import SPECIAL
 from .wse_tensor import WseTensor, from_node, value, write
 
@@ -26,15 +27,12 @@ def _node(t):
     return value(t) if isinstance(t, WseTensor) else None
 
 
-def _update_running(rmean, rvar, mean, var, n, momentum):
-    for stat, new in ((rmean, mean), (rvar, var)):
-        if not isinstance(stat, WseTensor):
-            continue
-        if stat is rvar:
-            new = _bin(Op.MUL, new, as_node(n / max(n - 1, 1), new.dtype))
-        old = cast(value(stat), new.dtype)
-        write(stat, _bin(Op.ADD, _bin(Op.MUL, old, as_node(1 - momentum, new.dtype)),
-                         _bin(Op.MUL, new, as_node(momentum, new.dtype))))
+def _running(stat: Node, new: Node, momentum: float) -> Node:
+    """stat * (1 - momentum) + new * momentum, with momentum a runtime scalar (so a replay plan
+    takes it from the argument, Note [Replay plans])."""
+    m = as_node(momentum, new.dtype)
+    keep = _bin(Op.SUB, as_node(1.0, new.dtype), m)
+    return _bin(Op.ADD, _bin(Op.MUL, cast(stat, new.dtype), keep), _bin(Op.MUL, new, m))
 
 
 def _eval(x, weight, bias, rmean, rvar, eps):
@@ -49,31 +47,47 @@ def _eval(x, weight, bias, rmean, rvar, eps):
     return out
 
 
-def batch_norm(x, weight, bias, rmean, rvar, training, momentum, eps):
-    """(out, save_mean, save_invstd) of native_batch_norm, or None when the decomposition
-    should run instead (half precision, no channel dim, eval mode without running stats)."""
-    if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2:
-        return None
-    xs, w, b = _node(x), _node(weight), _node(bias)
+def _nodes(x, weight, bias, rmean, rvar, training, momentum, eps):
+    """(out, save_mean, save_invstd, new running mean, new running var) as nodes, the last two
+    None when there is nothing to update."""
     if training:
-        out, mean, invstd, var, n = batch_norm_train(xs, w, b, eps)
-        _update_running(rmean, rvar, mean, var, n, momentum)
-        return from_node(out), from_node(mean), from_node(invstd)
-    if rmean is None or rvar is None:
-        return None
-    empty = from_node(full(0, x.dtype, (0,)))
-    return from_node(_eval(xs, w, b, value(rmean), value(rvar), eps)), empty, empty
+        out, mean, invstd, var, n = batch_norm_train(x, weight, bias, eps)
+        new_mean = None if rmean is None else _running(rmean, mean, momentum)
+        unbiased = _bin(Op.MUL, var, as_node(n / max(n - 1, 1), var.dtype))
+        new_var = None if rvar is None else _running(rvar, unbiased, momentum)
+        return out, mean, invstd, new_mean, new_var
+    empty = full(0, x.dtype, (0,))
+    return _eval(x, weight, bias, rmean, rvar, eps), empty, empty, None, None
+
+
+def _supported(bn_args) -> bool:
+    """Recorded here, or by the decomposition (half precision, no channel dim, eval mode
+    without running stats, a CPU tensor among the arguments)."""
+    x, rmean, rvar, training = bn_args[0], bn_args[3], bn_args[4], bn_args[5]
+    return (x.dtype in (torch.float32, torch.float64) and x.dim() >= 2
+            and (training or (rmean is not None and rvar is not None))
+            and all(a is None or isinstance(a, WseTensor) for a in bn_args[:5]))
 
 
 def _variant(arrange):
-    """A handler for one batch-norm op: `arrange` maps its arguments to batch_norm's and its
-    result to the op's outputs."""
+    """A handler for one batch-norm op: `arrange` maps its arguments to (x, weight, bias,
+    running mean, running var, training, momentum, eps) and says how to shape the result.
+    Replayed from a plan when it can be (its ~40 nodes cost ~180 us to build each call)."""
+    def lowering(spec, *args, **kwargs):
+        return _nodes(*arrange(*args, **kwargs)[0])
+
     def handler(func, args, kwargs):
         bn_args, finish = arrange(*args, **kwargs)
-        out = batch_norm(*bn_args)
-        if out is None:
+        if not _supported(bn_args):
             return decomposition_table[func](*args, **kwargs)
-        return finish(out)
+        nodes = replay.run_nodes(func, lowering, args, kwargs)
+        if nodes is None:
+            nodes = _nodes(*[_node(a) if isinstance(a, WseTensor) else a for a in bn_args])
+        out, mean, invstd, new_mean, new_var = nodes
+        for stat, new in ((bn_args[3], new_mean), (bn_args[4], new_var)):
+            if new is not None:
+                write(stat, new)
+        return finish((from_node(out), from_node(mean), from_node(invstd)))
     return handler
 
 

@@ -270,6 +270,18 @@ def run_lowered(func, args, kwargs):
     return from_node(out)
 
 
+def run_nodes(func, fn, args, kwargs):
+    """The output nodes of `fn`, a lowering rule for `func` written for this call's arguments
+    (a handler's own, as batch norm's that also writes its running statistics), through a plan;
+    None when it must run the general way."""
+    found = _lookup(func, args, kwargs, lambda ts: build(func, fn, args, kwargs, len(ts)))
+    if found is None:
+        return None
+    plan, tensors, floats = found
+    out = plan.run([value(t) for t in tensors], floats)
+    return out if type(out) is tuple else (out,)
+
+
 def run_inplace(func, fn, positions, args, kwargs):
     """In-place op `func` through the plan of its functional variant `fn`: the written tensor,
     or None (general path)."""
