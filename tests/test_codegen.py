@@ -78,3 +78,30 @@ def test_rewritten_view_patterns_match_cpu(case):
         "reshape_twice": lambda t: t.reshape(1024, 256).t().reshape(64, 4096).t() + 1,
     }
     assert_same(fns[case](x.to("wse")), fns[case](x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool])
+def test_min_max_reductions_vectorise_and_keep_nan(dtype):
+    x = torch.randn(64, 33) * 10
+    x[3, 5], x[7, :], x[9, 0] = float("nan"), float("-inf"), float("nan")
+    x = x.to(dtype) if dtype is not torch.bool else x > 0
+    w = x.to("wse")
+    for i, f in enumerate((lambda t: t.amax(1), lambda t: t.amin(0), lambda t: t.amax(),
+                           lambda t: t.view(8, 8, 33).amin((0, 2)))):
+        assert_same(f(w), f(x))
+        if i == 0 and dtype.is_floating_point:
+            assert "reduction(max:acc) reduction(|:nan)" in "\n".join(last_compiled["units"])
+
+
+@pytest.mark.parametrize("shape", [(64, 3, 14, 9), (2, 5, 16, 16)])
+def test_window_argmax_matches_cpu(shape):
+    x = torch.randn(*shape)
+    x.view(-1)[::7] = 0.5                    # ties: the first index wins
+    x.view(-1)[5] = float("nan")
+    for k in (2, 3):
+        got = F.max_pool2d(x.to("wse"), k, return_indices=True)
+        want = F.max_pool2d(x, k, return_indices=True)
+        assert_same(got[0], want[0])
+        assert_same(got[1], want[1])
+    rows = x.reshape(-1, shape[-1])           # a short last axis: the window template
+    assert_same(rows.to("wse").argmin(1), rows.argmin(1))

@@ -168,7 +168,9 @@ class Emitter:
         """Wrap a negative index and check bounds (error 1, never an out-of-bounds read)."""
         j = self.b.temp("int64_t", f"({i} < 0 ? {i} + {size} : {i})", prefix="ix")
         self.fail_if(f"(uint64_t){j} >= (uint64_t){size}", 1, i, str(size))
-        return self.b.temp("int64_t", f"((uint64_t){j} < (uint64_t){size} ? {j} : 0)", prefix="ix")
+        k = self.b.temp("int64_t", f"((uint64_t){j} < (uint64_t){size} ? {j} : 0)", prefix="ix")
+        self.ix.ranges.setdefault(k, (0, size - 1))     # clamped: index algebra may use it
+        return k
 
 
 # ---- inline rules for non-arithmetic ops -------------------------------------------------------

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ..trace.ir import REDUCE, Node, Op
 from . import cexpr
 from .cbuilder import CBuilder
@@ -71,7 +73,44 @@ def _reduce_positions(e: Emitter, n: Node, x: Node, axes, o: str, r: str) -> Idx
 
 
 _SIMD_REDUCE = {Op.SUM: "+", Op.PROD: "*"}
+_MINMAX = {Op.RMAX: (">", "max"), Op.RMIN: ("<", "min")}
 COLUMN_BLOCK = 64
+
+
+class _Fold:
+    """How one reduction folds values into `acc`: its declaration, the simd pragma that lets the
+    compiler reorder it into vector lanes, the statement per value and the result. A float
+    max/min keeps a NaN flag beside the max/min of the rest, so it vectorises (a NaN-propagating
+    select chain cannot: every step waits for the last, about 10x slower on a row of 128)."""
+
+    def __init__(self, n: Node):
+        self.op, self.dtype = n.op, n.dtype
+        self.minmax = n.op in _MINMAX and n.dtype is not torch.bool
+        self.nan = self.minmax and n.dtype.is_floating_point
+
+    def decl(self) -> str:
+        acc = f"{cexpr.acc_type(self.op, self.dtype)} acc = {cexpr.REDUCE_INIT[self.op](self.dtype)};"
+        return acc + (" int nan = 0;" if self.nan else "")
+
+    def pragma(self) -> str | None:
+        if self.op in _SIMD_REDUCE:
+            # Lets the compiler reorder this sum into vector lanes (the order PyTorch's own
+            # vectorised kernels use differs from a serial sum anyway).
+            return f"#pragma omp simd reduction({_SIMD_REDUCE[self.op]}:acc)"
+        if self.minmax:
+            flag = " reduction(|:nan)" if self.nan else ""
+            return f"#pragma omp simd reduction({_MINMAX[self.op][1]}:acc){flag}"
+        return None
+
+    def step(self, v: str) -> str:
+        if not self.minmax:
+            return cexpr.reduce_step(self.op, self.dtype, "acc", v)
+        nan = f"nan |= {v} != {v}; " if self.nan else ""
+        return f"{nan}acc = {v} {_MINMAX[self.op][0]} acc ? {v} : acc;"
+
+    def result(self) -> str:
+        acc = "(nan ? NAN : acc)" if self.nan else "acc"
+        return cexpr.round_half(self.dtype, f"({vtype(self.dtype)}){acc}")
 
 
 def reduction(e: Emitter, n: Node) -> None:
@@ -84,22 +123,20 @@ def reduction(e: Emitter, n: Node) -> None:
     split = _trailing_split(x, axes)
     if split is not None and out_numel > 1:
         return split_reduction(e, n, red, split)
-    acc_t = cexpr.acc_type(n.op, n.dtype)
+    fold = _Fold(n)
     inner_parallel = out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN
     if not inner_parallel and out_numel > 1:
         _omp(b, out_numel * red)
     with e.loop("o", out_numel):
-        b.line(f"{acc_t} acc = {cexpr.REDUCE_INIT[n.op](n.dtype)};")
+        b.line(fold.decl())
         if inner_parallel:
             b.line("#pragma omp parallel for simd schedule(static) reduction(+:acc)")
-        elif n.op in _SIMD_REDUCE:
-            # Lets the compiler reorder this sum into vector lanes (the order PyTorch's own
-            # vectorised kernels use differs from a serial sum anyway).
-            b.line(f"#pragma omp simd reduction({_SIMD_REDUCE[n.op]}:acc)")
+        elif fold.pragma():
+            b.line(fold.pragma())
         with e.loop("r", red):
             v = e.load(x, _reduce_positions(e, n, x, axes, "o", "r"))
-            b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
-        _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+            b.line(fold.step(v))
+        _store(e, n, "o", fold.result())
 
 
 def _trailing_split(x: Node, axes):
@@ -121,20 +158,20 @@ def split_reduction(e: Emitter, n: Node, red: int, k: int) -> None:
     x, b, axes = n.src[0], e.b, n.arg
     inner = _prod(x.shape[k:])
     lead = [a for a in axes if a < k]
-    acc_t = cexpr.acc_type(n.op, n.dtype)
+    fold = _Fold(n)
     _omp(b, n.numel * red)
     with e.loop("o", n.numel):
-        b.line(f"{acc_t} acc = {cexpr.REDUCE_INIT[n.op](n.dtype)};")
+        b.line(fold.decl())
         with e.loop("ro", red // inner):
             oi, ri = Idx(n.shape, flat="o"), Idx(tuple(x.shape[a] for a in lead), flat="ro")
             dims = [e.dim(ri, lead.index(a)) if a in lead else e.dim(oi, a) for a in range(k)]
             base = e.flat(Idx(x.shape[:k], dims=dims))
-            if n.op in _SIMD_REDUCE:
-                b.line(f"#pragma omp simd reduction({_SIMD_REDUCE[n.op]}:acc)")
+            if fold.pragma():
+                b.line(fold.pragma())
             with e.loop("r", inner):
                 v = e.load(x, Idx(x.shape, flat=f"{base} * {inner} + r"))
-                b.line(cexpr.reduce_step(n.op, n.dtype, "acc", v))
-        _store(e, n, "o", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc"))
+                b.line(fold.step(v))
+        _store(e, n, "o", fold.result())
 
 
 def column_reduction(e: Emitter, n: Node, red: int) -> None:
@@ -156,20 +193,52 @@ def column_reduction(e: Emitter, n: Node, red: int) -> None:
             _store(e, n, "ob + j", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})acc[j]"))
 
 
+WINDOW_MAX = 16     # an arg-reduction over a last axis this short is done for a row at once
+
+
 def argreduction(e: Emitter, n: Node) -> None:
     x, axis = n.src[0], n.arg
     size, b = x.shape[axis], e.b
     vt = vtype(x.dtype)
     init = cexpr.REDUCE_INIT[Op.RMAX if n.op is Op.ARGMAX else Op.RMIN](x.dtype)
     cmp = ">" if n.op is Op.ARGMAX else "<"
+    nan = " || {v} != {v}" if x.dtype.is_floating_point else ""
+    # Selects, not a branch: on data in no order the branch mispredicts every other element.
+    take = f"!(best{{s}} != best{{s}}) && ({{v}} {cmp} best{{s}}{nan})"
+    inner = _last_dim(x.shape[:axis])
     _omp(b, n.numel * size)
+    if axis == len(x.shape) - 1 and size <= WINDOW_MAX and inner >= ROW_MIN:
+        return _window_argreduction(e, n, x, vt, init, take, inner)
     with e.loop("o", n.numel):
         b.line(f"{vt} best = {init}; int64_t bi = 0;")
         with e.loop("r", size):
             v = e.load(x, _reduce_positions(e, n, x, (axis,), "o", "r"))
-            nan = f" || {v} != {v}" if x.dtype.is_floating_point else ""
-            b.line(f"if (!(best != best) && ({v} {cmp} best{nan})) {{ best = {v}; bi = r; }}")
+            b.line(f"const bool take = {take.format(v=v, s='')};")
+            b.line(f"best = take ? {v} : best; bi = take ? r : bi;")
         _store(e, n, "o", "bi")
+
+
+def _last_dim(shape) -> int:
+    return next((d for d in reversed(shape) if d != 1), 1)
+
+
+def _window_argreduction(e: Emitter, n: Node, x: Node, vt: str, init: str, take: str,
+                         inner: int) -> None:
+    """Argmax/argmin over a short last axis (a pooling window): per row of outputs, the window
+    element r is folded into every output of the row in one vectorisable loop, so position
+    arithmetic is done once per row and no select waits on the one before it."""
+    b, size = e.b, x.shape[-1]
+    with e.loop("o", n.numel // inner):
+        b.line(f"{vt} best[{inner}]; int64_t bi[{inner}];")
+        b.line(f"for (int64_t j = 0; j < {inner}; j++) {{ best[j] = {init}; bi[j] = 0; }}")
+        with e.loop("r", size):
+            b.line("#pragma omp simd")
+            with e.loop("j", inner):
+                v = e.load(x, Idx(x.shape, flat=f"(o * {inner} + j) * {size} + r"))
+                b.line(f"const bool take = {take.format(v=v, s='[j]')};")
+                b.line(f"best[j] = take ? {v} : best[j]; bi[j] = take ? r : bi[j];")
+        with e.loop("j", inner):
+            _store(e, n, f"o * {inner} + j", "bi[j]")
 
 
 def scan(e: Emitter, n: Node, axis: int, init: str, step) -> None:
