@@ -80,13 +80,18 @@ static block_t* g_free[WSE_CACHE_CLASSES];
 static int64_t g_cached = 0; /* bytes on the free lists; guarded by g_lock */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Size class of a block of `total` bytes (>= WSE_CACHE_MIN) and the class's block size. */
-static int size_class(size_t total, size_t* class_bytes) {
+/* Size class of a block of `total` bytes (>= WSE_CACHE_MIN): the smallest class holding it. */
+static int size_class(size_t total) {
   int oct = 63 - __builtin_clzll((unsigned long long)total);
   size_t base = (size_t)1 << oct, step = base >> 3;
   size_t sub = (total - base + step - 1) / step; /* 0..8 */
-  *class_bytes = base + sub * step;
   return oct * 8 + (int)sub; /* sub == 8 is the next octave's class 0: same bytes */
+}
+
+/* Block size of class `cls`: octave cls / 8, eighth cls % 8 of the way to the next. */
+static size_t class_bytes(int cls) {
+  size_t base = (size_t)1 << (cls / 8);
+  return base + (size_t)(cls % 8) * (base >> 3);
 }
 
 static char* cache_take(int cls, size_t bytes) {
@@ -138,12 +143,12 @@ void wse_empty_cache(void) {
 static char* raw_alloc(size_t total, int* cls) {
   *cls = -1;
   if (total < WSE_CACHE_MIN) return aligned_alloc(WSE_ALIGN, total);
-  size_t bytes;
-  *cls = size_class(total, &bytes);
+  *cls = size_class(total);
   if (*cls >= WSE_CACHE_CLASSES) {
     *cls = -1;
     return aligned_alloc(WSE_ALIGN, total);
   }
+  size_t bytes = class_bytes(*cls);
   char* raw = cache_take(*cls, bytes);
   if (raw) return raw;
   raw = aligned_alloc(WSE_ALIGN, bytes);
@@ -192,12 +197,7 @@ void wse_free(void* p) {
   atomic_fetch_sub(&g_in_use, h->nbytes);
   atomic_fetch_sub(&g_nbuf, 1);
   int cls = (int)h->cls;
-  if (cls >= 0) {
-    size_t total = ((size_t)h->nbytes + WSE_HEADER + WSE_ALIGN - 1) & ~(size_t)(WSE_ALIGN - 1);
-    size_t bytes;
-    size_class(total, &bytes);
-    if (cache_put(raw, cls, bytes)) return;
-  }
+  if (cls >= 0 && cache_put(raw, cls, class_bytes(cls))) return;
   free(raw);
 }
 

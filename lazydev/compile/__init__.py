@@ -34,7 +34,7 @@ class Compiled:
         lay = self.layout
         outs = [None] * len(lay.out_nbytes)
         for i, slot in donate:
-            if slot in lay.input_slots and lay.input_slots.index(slot) in lay.donatable.get(i, ()):
+            if slot in lay.donatable.get(i, ()):
                 outs[lay.out_map[i][1]] = inputs[slot]
         outs = [b if b is not None else Buffer(nb) for b, nb in zip(outs, lay.out_nbytes)]
         if self.arena is None or self.arena.nbytes < lay.arena_bytes:

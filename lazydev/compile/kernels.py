@@ -20,9 +20,13 @@ def _prod(shape) -> int:
     return math.prod(shape) if shape else 1
 
 
-def _omp(b: CBuilder, work: int, extra: str = "") -> None:
+def _omp(b: CBuilder, work: int, simd: bool = False) -> None:
+    """Parallelise the next loop when it has enough work; `simd` also asserts its iterations
+    are independent (a loop writing over the input it reads, Note [Donation])."""
     if work >= PARALLEL_MIN:
-        b.line(f"#pragma omp parallel for schedule(static){extra}")
+        b.line(f"#pragma omp parallel for{' simd' if simd else ''} schedule(static)")
+    elif simd:
+        b.line("#pragma omp simd")
 
 
 def _store(e: Emitter, n: Node, flat: str, value: str) -> None:
@@ -38,14 +42,10 @@ def pointwise(e: Emitter, n: Node) -> None:
     loads the compiler vectorises. Short rows use one flat loop."""
     numel, b = n.numel, e.b
     inner = n.shape[-1] if n.shape else 1
+    # Written over an input (e.may_alias): element i is read, then written, with no dependence
+    # between iterations, which `simd` tells the compiler.
     if len(n.shape) < 2 or inner < ROW_MIN:
-        # Written over an input (e.may_alias): element i is read, then written, with no
-        # dependence between iterations, which `simd` tells the compiler.
-        if e.may_alias:
-            b.line("#pragma omp parallel for simd schedule(static)" if numel >= PARALLEL_MIN
-                   else "#pragma omp simd")
-        else:
-            _omp(b, numel)
+        _omp(b, numel, simd=bool(e.may_alias))
         with e.loop("i", numel):
             _store(e, n, "i", e.compute(n, Idx(n.shape, flat="i")))
         return
@@ -202,9 +202,12 @@ def argreduction(e: Emitter, n: Node) -> None:
     vt = vtype(x.dtype)
     init = cexpr.REDUCE_INIT[Op.RMAX if n.op is Op.ARGMAX else Op.RMIN](x.dtype)
     cmp = ">" if n.op is Op.ARGMAX else "<"
-    nan = " || {v} != {v}" if x.dtype.is_floating_point else ""
-    # Selects, not a branch: on data in no order the branch mispredicts every other element.
-    take = f"!(best{{s}} != best{{s}}) && ({{v}} {cmp} best{{s}}{nan})"
+
+    def take(v: str, best: str) -> str:
+        # Used in selects, not a branch: on data in no order a branch mispredicts every other
+        # element.
+        nan = f" || {v} != {v}" if x.dtype.is_floating_point else ""
+        return f"!({best} != {best}) && ({v} {cmp} {best}{nan})"
     inner = _last_dim(x.shape[:axis])
     _omp(b, n.numel * size)
     if axis == len(x.shape) - 1 and size <= WINDOW_MAX and inner >= ROW_MIN:
@@ -213,7 +216,7 @@ def argreduction(e: Emitter, n: Node) -> None:
         b.line(f"{vt} best = {init}; int64_t bi = 0;")
         with e.loop("r", size):
             v = e.load(x, _reduce_positions(e, n, x, (axis,), "o", "r"))
-            b.line(f"const bool take = {take.format(v=v, s='')};")
+            b.line(f"const bool take = {take(v, 'best')};")
             b.line(f"best = take ? {v} : best; bi = take ? r : bi;")
         _store(e, n, "o", "bi")
 
@@ -222,7 +225,7 @@ def _last_dim(shape) -> int:
     return next((d for d in reversed(shape) if d != 1), 1)
 
 
-def _window_argreduction(e: Emitter, n: Node, x: Node, vt: str, init: str, take: str,
+def _window_argreduction(e: Emitter, n: Node, x: Node, vt: str, init: str, take,
                          inner: int) -> None:
     """Argmax/argmin over a short last axis (a pooling window): per row of outputs, the window
     element r is folded into every output of the row in one vectorisable loop, so position
@@ -235,7 +238,7 @@ def _window_argreduction(e: Emitter, n: Node, x: Node, vt: str, init: str, take:
             b.line("#pragma omp simd")
             with e.loop("j", inner):
                 v = e.load(x, Idx(x.shape, flat=f"(o * {inner} + j) * {size} + r"))
-                b.line(f"const bool take = {take.format(v=v, s='[j]')};")
+                b.line(f"const bool take = {take(v, 'best[j]')};")
                 b.line(f"best[j] = take ? {v} : best[j]; bi[j] = take ? r : bi[j];")
         with e.loop("j", inner):
             _store(e, n, f"o * {inner} + j", "bi[j]")

@@ -22,7 +22,7 @@ class Layout:
     arena_bytes: int
     kernels: int
     nodes: int
-    donatable: dict = None       # output index -> input positions it may overwrite (Note [Donation])
+    donatable: dict = None       # output index -> input slots it may overwrite (Note [Donation])
 
 
 def _reads(order: list[Node], realized: set) -> dict:
@@ -86,7 +86,7 @@ def plan_arena(kernel_nodes: list[Node], scratch: set, reads: dict) -> tuple[dic
 # whichever offers a run gets:
 #   * the output is computed by an elementwise loop nest reading that input only through
 #     elementwise ops of its own shape, so element i is read before i is written; that loop
-#     takes both pointers without `restrict` and is marked ivdep (no loop-carried dependence);
+#     takes both pointers without `restrict`, under `omp simd` (no loop-carried dependence);
 #   * no kernel after it reads the input, and no output returns the input unchanged;
 #   * every kernel that can fail (an index check, a LAPACK info) runs before it: the program
 #     stops at a failing kernel, so a failed run has overwritten nothing and its inputs are as
@@ -170,19 +170,19 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     for nid, off in offsets.items():
         ptrs[nid] = -1 - off
     emitted = [emit_kernel(n, ptrs, realized) for n in kernel_nodes]
-    fails = [n for n, e in zip(kernel_nodes, emitted) if _can_fail(e[0])]
+    fails = [i for i, e in enumerate(emitted) if _can_fail(e[0])]
     if fails and not hoisted:
         # Kernels that can fail run as early as their inputs allow, so the updates after them
         # may overwrite their inputs (Note [Donation]); any topological order is a schedule.
-        first = toposort(fails + list(outputs))
+        first = toposort([kernel_nodes[i] for i in fails] + list(outputs))
         if [id(n) for n in first] != [id(n) for n in order]:
             return generate(outputs, first, realized, prefix, special, hoisted=True)
-    fail_at = max((i for i, e in enumerate(emitted) if _can_fail(e[0])), default=-1)
     donatable = _donatable(outputs, kernel_nodes, realized, reads,
-                           {id(n): n.arg for n in datas}, fail_at)
+                           {id(n): n.arg for n in datas}, fails[-1] if fails else -1)
+    pos = {id(n): k for k, n in enumerate(kernel_nodes)}
     for i, slots in donatable.items():      # re-emitted with the pointers that may alias
-        k = kernel_nodes.index(outputs[i])
-        emitted[k] = emit_kernel(outputs[i], ptrs, realized, {input_pos[s] for s in slots})
+        emitted[pos[id(outputs[i])]] = emit_kernel(outputs[i], ptrs, realized,
+                                                   {input_pos[s] for s in slots})
     kernels, calls, ids = [], [], {}
     for n, (body, ptr_args, slots) in zip(kernel_nodes, emitted):
         kid = ids.get(body)
@@ -193,7 +193,7 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     entry = _entry(nin + len(out_nbytes), calls, len(ids))
     units = _units(_preamble(prefix), kernels, entry, special)
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order),
-                    {i: frozenset(input_pos[s] for s in slots) for i, slots in donatable.items()})
+                    donatable)
     return units, layout
 
 

@@ -257,14 +257,22 @@ def _new_plan(key, func, make, tensors):
     return plan
 
 
-def run_lowered(func, args, kwargs):
-    """A functional op through its plan: its new wse tensor(s), or None (general path)."""
-    found = _lookup(func, args, kwargs,
-                    lambda ts: build(func, LOWERINGS[func], args, kwargs, len(ts)))
+def _replay(func, args, kwargs, make):
+    """The output node(s) of this call's plan (`make(tensors)` builds a new one), or None when
+    it must be recorded the general way."""
+    found = _lookup(func, args, kwargs, make)
     if found is None:
         return None
     plan, tensors, floats = found
-    out = plan.run([value(t) for t in tensors], floats)
+    return plan.run([value(t) for t in tensors], floats)
+
+
+def run_lowered(func, args, kwargs):
+    """A functional op through its plan: its new wse tensor(s), or None (general path)."""
+    out = _replay(func, args, kwargs,
+                  lambda ts: build(func, LOWERINGS[func], args, kwargs, len(ts)))
+    if out is None:
+        return None
     if type(out) is tuple:
         return tuple([None if o is None else from_node(o) for o in out])
     return from_node(out)
@@ -274,22 +282,16 @@ def run_nodes(func, fn, args, kwargs):
     """The output nodes of `fn`, a lowering rule for `func` written for this call's arguments
     (a handler's own, as batch norm's that also writes its running statistics), through a plan;
     None when it must run the general way."""
-    found = _lookup(func, args, kwargs, lambda ts: build(func, fn, args, kwargs, len(ts)))
-    if found is None:
-        return None
-    plan, tensors, floats = found
-    out = plan.run([value(t) for t in tensors], floats)
-    return out if type(out) is tuple else (out,)
+    out = _replay(func, args, kwargs, lambda ts: build(func, fn, args, kwargs, len(ts)))
+    return out if out is None or type(out) is tuple else (out,)
 
 
 def run_inplace(func, fn, positions, args, kwargs):
     """In-place op `func` through the plan of its functional variant `fn`: the written tensor,
     or None (general path)."""
-    found = _lookup(func, args, kwargs, lambda ts: _inplace_plan(fn, positions, args, kwargs, ts))
-    if found is None:
+    out = _replay(func, args, kwargs, lambda ts: _inplace_plan(fn, positions, args, kwargs, ts))
+    if out is None:
         return None
-    plan, tensors, floats = found
-    out = plan.run([value(t) for t in tensors], floats)
     if type(out) is not tuple:
         out = (out,)
     for p, o in zip(positions, out):

@@ -277,10 +277,8 @@ def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     if not t._lz_full and dtype is st.dtype and t._lz_meta[3] == st.numel:
         # A view reads only the span it covers: one element of a 4M-element result must not
         # copy 16 MB to the host.
-        end = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
-        if any(n == 0 for n in size):
-            end = offset
-        span = sync.download(st.buf, st.dtype, end - offset, start=offset)
+        count = max(build.extent(size, stride, offset) - offset, 0)
+        span = sync.download(st.buf, st.dtype, count, start=offset)
         return span.as_strided(size, stride, 0).clone()
     flat = sync.download(st.buf, st.dtype, st.numel)
     if t._lz_meta[4] is not st.dtype:

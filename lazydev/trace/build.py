@@ -36,8 +36,6 @@ def broadcast_shape(*shapes) -> tuple:
                     raise RuntimeError(f"shapes {[list(x) for x in shapes]} cannot be broadcast "
                                        f"together (dim {i}: {out[i]} vs {d})")
                 out[i] = d
-            elif out[i] == 1:
-                out[i] = d
     return tuple(out)
 
 

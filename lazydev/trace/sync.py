@@ -122,8 +122,9 @@ _SOLE_REFS = 4
 
 def _donations(pending, tr) -> tuple:
     """(output index, input slot) for each storage whose new value may overwrite its current
-    buffer: one this trace reads and nothing else holds, no other storage, no tensor being
-    read on the host, no queued run's undo record (Note [Donation] in compile/program.py)."""
+    buffer: one this trace reads and nothing else holds (no other storage, no host read, not
+    lazydev.debug), apart from queued runs, which finish first (Note [Donation] in
+    compile/program.py)."""
     out = []
     for i, st in enumerate(pending):
         buf = st.buf
