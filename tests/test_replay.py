@@ -135,3 +135,27 @@ def test_batch_norm_replays_with_its_momentum_as_a_runtime_value():
     assert_same(wse.running_var, cpu.running_var)
     assert _counts()[0] - before[0] == 2          # native_batch_norm and num_batches_tracked += 1
     assert compiles[1:] == compiles[:1] * 2
+
+
+def _trace_scalars():
+    from lazydev.trace import state
+    return len(state.current().scalars)
+
+
+def test_a_foreach_scalar_argument_is_one_runtime_scalar_for_all_elements():
+    ps = [torch.randn(s) for s in (5, 7, 11)]
+    wps = [p.to("wse") for p in ps]
+    lazydev.mark_step()
+    for factor in (0.9, 0.5):
+        torch._foreach_mul_(ps, factor)
+        torch._foreach_mul_(wps, factor)
+        # Note [Shared scalars]: one slot for the argument, not one per parameter.
+        assert _trace_scalars() == 1
+        lazydev.mark_step()
+        for w, p in zip(wps, ps):
+            assert_same(w.cpu(), p)
+    # A ScalarList keeps a slot per element, even for equal values: sharing never follows values.
+    torch._foreach_mul_(wps, [0.5 + 0.25 for _ in wps])
+    assert _trace_scalars() == len(wps)
+    lazydev.mark_step()
+

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.optim.optimizer as _optimizer
 
+from ..trace import state
+
 aten = torch.ops.aten
 
 # foreach overload -> element overloads to try, in order
@@ -72,13 +74,18 @@ def run(func, args, kwargs, dispatch):
     elem, arg_layout, returns_list = found
     n = next((len(a) for a, (is_list, _) in zip(args, arg_layout) if is_list), 0)
     out = []
-    for i in range(n):
-        pos, kw = [], dict(kwargs)
-        for a, (is_list, kwname) in zip(args, arg_layout):
-            v = a[i] if is_list else a
-            if kwname is None:
-                pos.append(v)
-            else:
-                kw[kwname] = v
-        out.append(dispatch(elem, tuple(pos), kw))
+    tr = state.current()
+    tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
+    try:
+        for i in range(n):
+            pos, kw = [], dict(kwargs)
+            for a, (is_list, kwname) in zip(args, arg_layout):
+                v = a[i] if is_list else a
+                if kwname is None:
+                    pos.append(v)
+                else:
+                    kw[kwname] = v
+            out.append(dispatch(elem, tuple(pos), kw))
+    finally:
+        tr.shared_scalars = None
     return out if returns_list else None

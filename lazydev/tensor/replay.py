@@ -19,12 +19,14 @@ any error) makes the signature "not replayable", and the op is recorded the gene
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 import torch
 
 from .. import metrics
 from ..trace import state
 from ..trace.build import cast, scalar
-from ..trace.ir import Node, Op, toposort
+from ..trace.ir import Node, Op, local_key, toposort
 from ..trace.lower import LOWERINGS
 from ..trace.meta import _VALUE_SENSITIVE, infer, involves_complex
 from .wse_tensor import WseTensor, from_node, value, write
@@ -43,30 +45,60 @@ class _NotReplayable(Exception):
     pass
 
 
+def _no_sources(vals) -> tuple:
+    return ()
+
+
 class Plan:
     """Recipes (op, dtype, shape, source refs, arg) in topological order. A ref indexes the
     value list `inputs + consts + recipe results`; a SCALAR recipe has refs None and arg
     ("arg", j) for the j-th float argument or ("const", v)."""
 
-    __slots__ = ("consts", "recipes", "out")
+    __slots__ = ("consts", "recipes", "out", "_steps")
 
     def __init__(self, consts, recipes, out):
         self.consts, self.recipes, self.out = consts, recipes, out
+        # What `run` needs per recipe, precomputed: the node's local key, and its sources as
+        # one C-level itemgetter call (`one`: the getter returns the source itself).
+        self._steps = [(op, dtype, shape, None, False, arg, None) if refs is None else
+                       (op, dtype, shape, itemgetter(*refs) if refs else _no_sources, len(refs) == 1, arg,
+                        local_key(op, dtype, shape, arg))
+                       for op, dtype, shape, refs, arg in recipes]
 
     def run(self, inputs: list, floats: list):
         vals = inputs + self.consts
         tr = state.current()
-        for op, dtype, shape, refs, arg in self.recipes:
-            if refs is None:                        # a runtime scalar
-                kind, v = arg
-                tr.scalars.append(floats[v] if kind == "arg" else v)
-                vals.append(Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1))
-            else:
-                vals.append(Node(op, dtype, shape, tuple([vals[i] for i in refs]), arg))
+        make = Node.make
+        for op, dtype, shape, get, one, arg, local in self._steps:
+            if get is not None:
+                vals.append(make(op, dtype, shape, (get(vals),) if one else get(vals), arg, local))
+                continue
+            kind, v = arg                           # a runtime scalar
+            if kind == "arg" and tr.shared_scalars is not None:
+                vals.append(_shared_scalar(tr, floats[v], dtype))
+                continue
+            tr.scalars.append(floats[v] if kind == "arg" else v)
+            vals.append(Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1))
         out = self.out
         if type(out) is int:
             return vals[out]
         return tuple([None if i is None else vals[i] for i in out])
+
+
+# Note [Shared scalars]
+# A _foreach_ call passes its non-list float arguments (AdamW's beta1, lr) as the same Python
+# object to every element it records (tensor/foreach.py), so while it records, SCALAR recipes
+# share one slot per (argument object, dtype): one node for all parameters instead of one each.
+# Sharing follows the call's structure, never values: equal floats from different objects keep
+# their own slots (state.scalar), so the graph key does not change when values happen to meet.
+# The trace keeps the float object (in `scalars`) for the memo's lifetime, so ids are not reused.
+def _shared_scalar(tr, x: float, dtype) -> Node:
+    key = (id(x), dtype)
+    node = tr.shared_scalars.get(key)
+    if node is None:
+        tr.scalars.append(x)
+        node = tr.shared_scalars[key] = Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1)
+    return node
 
 
 # ---- signatures -------------------------------------------------------------------------------
@@ -75,7 +107,11 @@ def signature(func, args, kwargs, tensors: list, floats: list):
     """Hashable signature of a call; collects its wse tensors and floats in argument order."""
     key = [func]
     for a in args:
-        key.append(_part(a, tensors, floats))
+        if type(a) is WseTensor:    # _part's first case, inlined: most arguments are tensors
+            tensors.append(a)
+            key.append(a._lz_meta)
+        else:
+            key.append(_part(a, tensors, floats))
     if kwargs:
         for k, v in kwargs.items():
             key.append(k)
@@ -92,10 +128,13 @@ def _part(a, tensors, floats):
         floats.append(a)
         return _float_part(a)
     if t is list or t is tuple:
-        return (t, tuple([_part(x, tensors, floats) for x in a]))
+        for x in a:
+            if type(x) is not int:
+                return (t, tuple([_part(x, tensors, floats) for x in a]))
+        return (t, tuple(a))        # sizes and dims: each int is its own part
     if t in _ATOMS:
         return a
-    if t is torch.Tensor and a.dtype in _WRAPPED and a.dim() == 0 and a.device.type == "cpu":
+    if t is torch.Tensor and a.dim() == 0 and a.is_cpu and a.dtype in _WRAPPED:
         v = a.item()                # a Python number wrapped by PyTorch (x * 0.9): a float
         floats.append(v)
         return (_WRAPPED[a.dtype], _float_part(v))

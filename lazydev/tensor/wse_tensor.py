@@ -26,6 +26,12 @@ def _dispatch(func, args, kwargs):
     return dispatch(func, args, kwargs)
 
 
+# The hot paths (every op's result) call it with positional arguments: size, strides, storage
+# offset, memory format, dtype, layout, device. Keywords cost a sixth more to parse.
+_wrapper = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
+
+
 class WseTensor(torch.Tensor):
     """A view (size, stride, offset) of a Storage. `dtype` differs from the storage's only for a
     complex tensor, whose storage holds real numbers (Note [Complex storage])."""
@@ -55,8 +61,7 @@ class WseTensor(torch.Tensor):
         stride = _STRIDES.get(size)
         if stride is None:
             stride = _STRIDES[size] = build.contiguous_strides(size)
-        t = torch.Tensor._make_wrapper_subclass(cls, size, strides=stride, dtype=storage.dtype,
-                                                device=WSE)
+        t = _wrapper(cls, size, stride, 0, None, storage.dtype, _STRIDED, WSE)
         t._st = storage
         t._lz_meta = (size, stride, 0, storage.numel, storage.dtype)
         t._lz_full = True
@@ -76,8 +81,7 @@ class WseTensor(torch.Tensor):
     @classmethod
     def _view(cls, storage: Storage, size, stride, offset, meta, full):
         """A view with metadata precomputed by `view_meta` (the replayed-view fast path)."""
-        t = torch.Tensor._make_wrapper_subclass(
-            cls, size, strides=stride, storage_offset=offset, dtype=storage.dtype, device=WSE)
+        t = _wrapper(cls, size, stride, offset, None, storage.dtype, _STRIDED, WSE)
         t._st = storage
         t._lz_meta = meta
         t._lz_full = full

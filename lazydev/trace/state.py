@@ -35,6 +35,7 @@ class Trace:
         self.inputs: list = []          # device buffers, by DATA slot
         self.origins: list = []         # per DATA slot: user source line of its upload, if known
         self.scalars: list = []         # Python floats, by SCALAR slot
+        self.shared_scalars = None      # while a _foreach_ call records: Note [Shared scalars]
         self.live: dict = {}            # serial -> weakref to a pending Storage (may be dead)
         self.keep: list = []            # storages computed at the next sync even if unreferenced
         self.nodes = 0                  # ops dispatched

@@ -143,16 +143,23 @@ def _revert(pending, error) -> None:
             st.error = f"{type(error).__name__}: {error}"
 
 
+def _since(timer: float, mark: float) -> float:
+    """A cumulative timer's growth since `mark`; below the mark, the timers were reset
+    (metrics.reset()) in between, and all of it is this step's."""
+    return timer - mark if timer >= mark else timer
+
+
 def _end_step() -> None:
     """Close a step (at mark_step): record its time split and warn if tracing dominates."""
     now = time.perf_counter()
     timings = metrics.timings()
     transfer = timings.get("transfer", 0.0)
-    _step["execute"] = timings.get("execute", 0.0) - _step.get("execute_mark", 0.0)
-    _step["execute_mark"] = timings.get("execute", 0.0)
+    executed = timings.get("execute", 0.0)
+    _step["execute"] = _since(executed, _step.get("execute_mark", 0.0))
+    _step["execute_mark"] = executed
     total = now - _step["start"]
     record = {"step": _step["index"], "total_s": total, "compile_s": _step["compile"],
-              "execute_s": _step["execute"], "transfer_s": transfer - _step["transfer"],
+              "execute_s": _step["execute"], "transfer_s": _since(transfer, _step["transfer"]),
               "implicit_syncs": sum(_step["syncs"].values())}
     record["trace_s"] = max(0.0, total - record["compile_s"] - record["execute_s"]
                             - record["transfer_s"])
