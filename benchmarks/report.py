@@ -164,7 +164,7 @@ def print_report(results: list, targets: list, meta: dict, console: Console) -> 
         "Tracing µs/op = median time from step start to the sync call, divided by the aten ops "
         "the step dispatches (counted by a TorchDispatchMode in an extra untimed step): it "
         "includes the framework's own Python (modules, autograd, optimizer). Record µs/op = time "
-        "inside lazydev's __torch_dispatch__ per op it receives (one extra step, instrumented), "
+        "inside lazydev's __torch_dispatch__ per op it receives (median of 5 extra steps, instrumented), "
         "not counting PyTorch's C++ dispatch into Python (~2.5 µs). Pipelined = mean step time "
         "when each step's value is read one step late (wse then traces step i+1 while step i "
         "executes). Peak RSS is the "

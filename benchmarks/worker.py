@@ -91,6 +91,9 @@ def run_pipelined(step, backend, start: int, count: int) -> float:
     return (time.perf_counter() - t0) / count
 
 
+RECORD_STEPS = 5     # instrumented steps behind the record µs/op figure
+
+
 def recording_cost(step, backend, i: int):
     """(µs per aten op inside lazydev's __torch_dispatch__, ops) over one extra, untimed step:
     the cost of recording itself (argument walk, plan lookup or lowering, node creation, hash,
@@ -177,7 +180,9 @@ def wse_stats(backend, timed: list, before: dict, step, i: int) -> dict:
     after = metrics.counters()
     split = metrics.steps()[-len(timed):]
     ops = count_ops(step, backend, i)
-    record_us, _ = recording_cost(step, backend, i + 1)
+    # Median of several instrumented steps: one step's figure swings by a third here.
+    record_us = _median(recording_cost(step, backend, i + 1 + k)[0]
+                        for k in range(RECORD_STEPS))
     record = _median(r["record_s"] for r in timed)
     nodes = _median(r["nodes"] for r in timed)
     n_ops = sum(ops.values())
