@@ -49,6 +49,15 @@ def _no_sources(vals) -> tuple:
     return ()
 
 
+def _step(op, dtype, shape, refs, arg) -> tuple:
+    """What Plan.run needs of a recipe, precomputed: its sources as one C-level itemgetter call
+    (`one`: the getter returns the single source itself) and the node's local key."""
+    if refs is None:                # a runtime scalar
+        return op, dtype, shape, None, False, arg, None
+    get = itemgetter(*refs) if refs else _no_sources
+    return op, dtype, shape, get, len(refs) == 1, arg, local_key(op, dtype, shape, arg)
+
+
 class Plan:
     """Recipes (op, dtype, shape, source refs, arg) in topological order. A ref indexes the
     value list `inputs + consts + recipe results`; a SCALAR recipe has refs None and arg
@@ -58,12 +67,7 @@ class Plan:
 
     def __init__(self, consts, recipes, out):
         self.consts, self.recipes, self.out = consts, recipes, out
-        # What `run` needs per recipe, precomputed: the node's local key, and its sources as
-        # one C-level itemgetter call (`one`: the getter returns the source itself).
-        self._steps = [(op, dtype, shape, None, False, arg, None) if refs is None else
-                       (op, dtype, shape, itemgetter(*refs) if refs else _no_sources, len(refs) == 1, arg,
-                        local_key(op, dtype, shape, arg))
-                       for op, dtype, shape, refs, arg in recipes]
+        self._steps = [_step(*r) for r in recipes]
 
     def run(self, inputs: list, floats: list):
         vals = inputs + self.consts
