@@ -82,3 +82,37 @@ def test_a_failing_step_leaves_the_donor_as_it_was():
         lazydev.wait()
     del r
     assert p.cpu().tolist() == [3.0, 3.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01),
+], ids=["sgd-nesterov", "adamw"])
+def test_an_optimizer_step_updates_state_and_parameter_in_one_loop(make_opt):
+    # Note [Kernel groups]: each parameter's state and value are written by one loop nest, which
+    # reads what it has just stored; grouped or not, the values are the CPU's.
+    from lazydev.compile import last_compiled
+    results = []
+    for device in ("cpu", "wse"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.Tanh(),
+                                    torch.nn.Linear(24, 3)).to(device)
+        opt = make_opt(list(model.parameters()))
+        g = torch.Generator().manual_seed(2)
+        for _ in range(4):
+            x = torch.randn(5, 12, generator=g).to(device)
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            if device == "wse":
+                lazydev.mark_step()
+                lazydev.wait()
+        results.append((list(model.parameters()), opt))
+    (cpu_ps, cpu_opt), (ps, opt) = results
+    for p, q in zip(ps, cpu_ps):
+        assert_same(p, q)
+        for key, value in cpu_opt.state[q].items():
+            assert_same(opt.state[p][key], value)
+    code = "\n".join(last_compiled["units"])
+    assert "(Note [Kernel groups])" in code
+    assert lazydev.metrics.counters()["fallbacks"] == {}

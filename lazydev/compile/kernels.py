@@ -36,10 +36,11 @@ def _store(e: Emitter, n: Node, flat: str, value: str) -> None:
 ROW_MIN = 8     # a last dim at least this long gets its own inner loop
 
 
-def pointwise(e: Emitter, n: Node) -> None:
+def pointwise(e: Emitter, n: Node, also=()) -> None:
     """Row template: the outer loop runs over rows (their coordinates computed once per row),
     the inner loop over the last dim, where contiguous and broadcast reads are plain strided
-    loads the compiler vectorises. Short rows use one flat loop."""
+    loads the compiler vectorises. Short rows use one flat loop. `also`: more nodes of n's
+    shape computed in the same loop, each after the ones before it (Note [Kernel groups])."""
     numel, b = n.numel, e.b
     inner = n.shape[-1] if n.shape else 1
     # Written over an input (e.may_alias): element i is read, then written, with no dependence
@@ -47,7 +48,8 @@ def pointwise(e: Emitter, n: Node) -> None:
     if len(n.shape) < 2 or inner < ROW_MIN:
         _omp(b, numel, simd=bool(e.may_alias))
         with e.loop("i", numel):
-            _store(e, n, "i", e.compute(n, Idx(n.shape, flat="i")))
+            for m in (n, *also):
+                _store(e, m, "i", e.compute(m, Idx(m.shape, flat="i")))
         return
     _omp(b, numel)
     with e.loop("o", numel // inner):
@@ -56,8 +58,9 @@ def pointwise(e: Emitter, n: Node) -> None:
         if e.may_alias:
             b.line("#pragma omp simd")
         with e.loop("j", inner):
-            idx = Idx(n.shape, dims=dims + ["j"], flat=f"o * {inner} + j")
-            _store(e, n, idx.flat, e.compute(n, idx))
+            for m in (n, *also):
+                idx = Idx(m.shape, dims=dims + ["j"], flat=f"o * {inner} + j")
+                _store(e, m, idx.flat, e.compute(m, idx))
 
 
 def _reduce_positions(e: Emitter, n: Node, x: Node, axes, o: str, r: str) -> Idx:
@@ -403,17 +406,22 @@ TEMPLATES = {
 }
 
 
-def emit_kernel(n: Node, ptrs: dict, realized: set, may_alias=()) -> tuple[str, list, list]:
+def emit_kernel(n: Node, ptrs: dict, realized: set, may_alias=(),
+                also=()) -> tuple[str, list, list]:
     """The body of the C function that computes realized node `n` into its buffer, with the
     pointer expressions and scalar slots its caller binds to P[i] and S[j]. `may_alias`: input
-    positions a run may pass as n's own buffer (Note [Donation] in program.py)."""
+    positions a run may pass as an output's own buffer (Note [Donation] in program.py).
+    `also`: elementwise nodes of n's shape computed in the same loop (Note [Kernel groups])."""
     body = CBuilder()
     body._indent = 1
     e = Emitter(body, ptrs, realized)
     if may_alias:
-        e.may_alias = set(may_alias) | {ptrs[id(n)]}
-    template = TEMPLATES.get(n.op) or (reduction if n.op in REDUCE else pointwise)
-    template(e, n)
+        e.may_alias = set(may_alias) | {ptrs[id(m)] for m in (n, *also)}
+    if also:
+        pointwise(e, n, also)
+    else:
+        template = TEMPLATES.get(n.op) or (reduction if n.op in REDUCE else pointwise)
+        template(e, n)
     lines = ["  int err = 0; (void)err;"]
     lines += ["  " + decl for _, decl in e.decls.values()]
     lines += body.lines

@@ -92,20 +92,64 @@ def plan_arena(kernel_nodes: list[Node], scratch: set, reads: dict) -> tuple[dic
 #     stops at a failing kernel, so a failed run has overwritten nothing and its inputs are as
 #     they were (Note [Async execution]).
 
-def _elementwise_reader(o: Node, slot: int, realized: set) -> bool:
-    """Whether o's loop nest reads input `slot` only at o's own index (Note [Donation])."""
+def _own_index_reader(o: Node, target, realized: set) -> bool:
+    """Whether o's loop nest reads the buffers `target(node)` picks only at o's own index
+    (Note [Donation], Note [Kernel groups])."""
     ok, stack, seen = True, [(o, True)], set()
     while stack and ok:
         n, direct = stack.pop()
         for s in n.src:
-            if s.op is Op.DATA:
-                ok = s.arg != slot or (direct and s.shape == o.shape)
-            elif id(s) not in realized and (id(s), direct) not in seen:
+            if target(s):
+                ok = direct and s.shape == o.shape
+            elif s.op is not Op.DATA and id(s) not in realized and (id(s), direct) not in seen:
                 seen.add((id(s), direct))
                 stack.append((s, direct and s.op in ELEMENTWISE and s.shape == o.shape))
             if not ok:
                 break
     return ok
+
+
+# Note [Kernel groups]
+# Elementwise outputs of one shape that follow one another in the schedule share one loop nest:
+# an optimizer's momentum and parameter updates, AdamW's two moments and its parameter. A member
+# reads the earlier members' results only at its own index, so iteration i reads what it has just
+# stored (the compiler forwards the store), and the update is one pass over the parameters
+# instead of one per formula. Outputs only: their buffers live for the whole program, so the
+# arena plan (which assumes one kernel per node) is untouched. Donation still holds: a member
+# overwrites input s at index i after every member has read s at i, because _donatable lets no
+# later kernel read s and every earlier member must read s only at its own index (checked here).
+
+def _groups(kernel_nodes, realized, out_index, donated) -> list[list[int]]:
+    """The kernel positions, in runs that one loop nest computes (Note [Kernel groups])."""
+    groups = []
+    for k, n in enumerate(kernel_nodes):
+        last = groups[-1] if groups else None
+        if last and _joins(n, [kernel_nodes[j] for j in last], realized, out_index, donated):
+            last.append(k)
+        else:
+            groups.append([k])
+    return groups
+
+
+def _groupable(n: Node, out_index) -> bool:
+    return (id(n) in out_index and n.op in ELEMENTWISE and n.op not in TEMPLATES
+            and len(n.shape) > 0)
+
+
+def _joins(n: Node, members: list, realized: set, out_index, donated) -> bool:
+    if not (_groupable(n, out_index) and _groupable(members[0], out_index)
+            and n.shape == members[0].shape):
+        return False
+    for m in members:
+        if not _own_index_reader(n, lambda s, m=m: s is m, realized):
+            return False
+        if any(not _own_index_reader(m, _data_slot(s), realized) for s in donated.get(id(n), ())):
+            return False
+    return True
+
+
+def _data_slot(slot: int):
+    return lambda s: s.op is Op.DATA and s.arg == slot
 
 
 def _can_fail(body: str) -> bool:
@@ -133,7 +177,7 @@ def _donatable(outputs, kernel_nodes, realized, reads, slot_of, fail_at: int) ->
             continue
         slots = frozenset(slot_of[r] for r in reads[id(o)] if r in slot_of
                           and slot_of[r] not in returned and last_read[slot_of[r]] == pos[id(o)]
-                          and _elementwise_reader(o, slot_of[r], realized))
+                          and _own_index_reader(o, _data_slot(slot_of[r]), realized))
         if slots:
             out[i] = slots
     return out
@@ -179,21 +223,22 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
             return generate(outputs, first, realized, prefix, special, hoisted=True)
     donatable = _donatable(outputs, kernel_nodes, realized, reads,
                            {id(n): n.arg for n in datas}, fails[-1] if fails else -1)
-    pos = {id(n): k for k, n in enumerate(kernel_nodes)}
-    for i, slots in donatable.items():      # re-emitted with the pointers that may alias
-        emitted[pos[id(outputs[i])]] = emit_kernel(outputs[i], ptrs, realized,
-                                                   {input_pos[s] for s in slots})
+    donated = {id(outputs[i]): slots for i, slots in donatable.items()}
     kernels, calls, ids = [], [], {}
-    for n, (body, ptr_args, slots) in zip(kernel_nodes, emitted):
+    for group in _groups(kernel_nodes, realized, out_index, donated):
+        n, also = kernel_nodes[group[0]], [kernel_nodes[k] for k in group[1:]]
+        alias = {input_pos[s] for m in (n, *also) for s in donated.get(id(m), ())}
+        body, ptr_args, slots = (emit_kernel(n, ptrs, realized, alias, also) if also or alias
+                                 else emitted[group[0]])  # re-emitted: grouped or aliasing
         kid = ids.get(body)
         if kid is None:             # Note [Kernel deduplication]
             kid = ids[body] = len(ids)
-            kernels.append(f"/* {n!r} */\nWSE_KERNEL int k{kid}({KERNEL_ARGS}) {{\n{body}")
+            more = f" and {len(also)} more (Note [Kernel groups])" if also else ""
+            kernels.append(f"/* {n!r}{more} */\nWSE_KERNEL int k{kid}({KERNEL_ARGS}) {{\n{body}")
         calls.append((kid, ptr_args, slots))
     entry = _entry(nin + len(out_nbytes), calls, len(ids))
     units = _units(_preamble(prefix), kernels, entry, special)
-    layout = Layout(input_slots, out_nbytes, out_map, arena, len(kernel_nodes), len(order),
-                    donatable)
+    layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable)
     return units, layout
 
 
