@@ -105,3 +105,25 @@ def test_window_argmax_matches_cpu(shape):
         assert_same(got[1], want[1])
     rows = x.reshape(-1, shape[-1])           # a short last axis: the window template
     assert_same(rows.to("wse").argmin(1), rows.argmin(1))
+
+
+def _three_calls(t, b):
+    return torch.tanh(torch.exp(torch.sin(t * 0.9 + b))) * t    # t is read again at the end
+
+
+@pytest.mark.parametrize("shape,dtype", [((4099,), torch.float32), ((64, 1000), torch.float32),
+                                         ((16, 600), torch.float64), ((2, 2048), torch.float16)])
+def test_a_loop_of_three_math_calls_runs_in_staged_tiles(shape, dtype):
+    # Note [Staged loops]: flat and row loops, tails shorter than a tile, half and double.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g).to(dtype)
+    b = torch.randn(shape[-1], generator=g).to(dtype)
+    assert_same(_three_calls(x.to("wse"), b.to("wse")), _three_calls(x, b))
+    code = "\n".join(last_compiled["units"])
+    assert "s2[512]" in code and "s3[" not in code
+
+
+def test_a_loop_of_two_math_calls_is_one_loop():
+    x = torch.randn(4096)
+    assert_same(torch.tanh(torch.sin(x.to("wse"))), torch.tanh(torch.sin(x)))
+    assert "s0[512]" not in "\n".join(last_compiled["units"])

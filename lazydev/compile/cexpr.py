@@ -64,6 +64,10 @@ _FLOAT_FN = {
 }
 _FLOAT_FN2 = {Op.ATAN2: "atan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign",
               Op.NEXTAFTER: "nextafter", Op.FMOD: "fmod"}
+# Ops whose float form calls an out-of-line vector math function (libmvec): the costly part of a
+# loop body, and what Note [Staged loops] (kernels.py) splits a loop at.
+MATH_CALLS = (frozenset(_FLOAT_FN) - {Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC, Op.SQRT}
+              | {Op.SIGMOID, Op.ATAN2, Op.HYPOT})
 _INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.EQ: "==", Op.NE: "!=",
           Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.BITAND: "&", Op.BITOR: "|",
           Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
