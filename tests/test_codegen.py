@@ -127,3 +127,23 @@ def test_a_loop_of_two_math_calls_is_one_loop():
     x = torch.randn(4096)
     assert_same(torch.tanh(torch.sin(x.to("wse"))), torch.tanh(torch.sin(x)))
     assert "s0[512]" not in "\n".join(last_compiled["units"])
+
+
+def test_exp_matches_cpu_at_its_edges_over_its_range_and_under_a_causal_mask():
+    # csrc/wse_prefix.h, wse_expf: overflow, the subnormal results, the flush to 0, specials.
+    inf, nan = float("inf"), float("nan")
+    edges = torch.tensor([-inf, inf, nan, 0.0, -0.0, 88.72, 88.73, -87.3, -103.9, -104.0, -150.0,
+                          1e-30, 1.0, -1.0])
+    for f in (torch.exp, torch.sigmoid):
+        got = f(edges.to("wse")).cpu()
+        torch.testing.assert_close(got, f(edges), atol=0, rtol=0, equal_nan=True)
+    sweep = torch.linspace(-110, 90, 400_001)
+    got = torch.exp(sweep.to("wse")).cpu()
+    want = torch.exp(sweep.double())                 # relative error within 2 ulp
+    finite = torch.exp(sweep).isfinite()
+    assert ((got.double() - want).abs() <= 2 * 2.0 ** -23 * want + 2.0 ** -149)[finite].all()
+    assert torch.isinf(got[~finite]).all() and (~finite).sum() > 0
+    scores = torch.randn(2, 4, 64, 64).masked_fill(torch.ones(64, 64).triu(1).bool(), -inf)
+    assert_same(torch.softmax(scores.to("wse"), -1), torch.softmax(scores, -1))
+    code = "\n".join(last_compiled["units"])
+    assert "wse_expf(" in code[code.index("/* Node("):]      # in a kernel, not just the prefix

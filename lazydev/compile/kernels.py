@@ -102,7 +102,7 @@ def _stage_calls(e: Emitter, outs) -> list:
         if id(m) in seen:
             return
         seen.add(id(m))
-        for s in m.src:
+        for s in m.src if m.op in ELEMENTWISE else ():     # read at m's own position
             if id(s) not in e.ptrs and s.op in ELEMENTWISE and s.shape == m.shape:
                 visit(s, False)
         if not top and m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point:
