@@ -147,3 +147,15 @@ def test_exp_matches_cpu_at_its_edges_over_its_range_and_under_a_causal_mask():
     assert_same(torch.softmax(scores.to("wse"), -1), torch.softmax(scores, -1))
     code = "\n".join(last_compiled["units"])
     assert "wse_expf(" in code[code.index("/* Node("):]      # in a kernel, not just the prefix
+
+
+def test_a_last_dim_concatenation_is_one_loop_per_source():
+    g = torch.Generator().manual_seed(0)
+    x, b = torch.randn(6, 40, generator=g), torch.randn(7, generator=g)
+    fns = (lambda t, c: torch.cat([t[:, 3:] * 2, c.expand(6, 7).exp(), t[:, :3]], dim=-1),
+           lambda t, c: t.copy_(torch.cat([t[:, 2:], t[:, :2]], dim=-1)))    # a roll in place
+    for f in fns:
+        assert_same(f(x.clone().to("wse"), b.to("wse")), f(x.clone(), b))
+    code = "\n".join(last_compiled["units"])
+    body = code[code.index("/* Node(CAT"):]
+    assert "if (" not in body[:body.index("return err")]

@@ -69,12 +69,30 @@ def pointwise(e: Emitter, n: Node, also=()) -> None:
                 _tile_stages(e, outs, calls, _tile_width(e, "jb", inner), lambda shape, v: Idx(
                     shape, dims=dims + [f"jb + {v}"], flat=f"o * {inner} + jb + {v}"))
             return
+        if n.op is Op.CAT and n.arg == len(n.shape) - 1 and not also:
+            _row_cat(e, n, dims)
+            return
         if e.may_alias:
             b.line("#pragma omp simd")
         with e.loop("j", inner):
             for m in outs:
                 idx = Idx(m.shape, dims=dims + ["j"], flat=f"o * {inner} + j")
                 _store(e, m, idx.flat, e.compute(m, idx))
+
+
+def _row_cat(e: Emitter, n: Node, dims) -> None:
+    """A concatenation along the last dim: one inner loop per source over its own columns, so
+    no loop branches on which source a column comes from (a transformer's q/k/v gradients
+    joined: 0.4-0.6 ms per kernel with the branch)."""
+    inner, lo = n.shape[-1], 0
+    for s in n.src:
+        width = s.shape[-1]
+        if e.may_alias:
+            e.b.line("#pragma omp simd")
+        with e.loop("j", width):
+            value = e.load(s, Idx(s.shape, dims=dims + ["j"], flat=f"o * {width} + j"))
+            _store(e, n, f"o * {inner} + {lo} + j" if lo else f"o * {inner} + j", value)
+        lo += width
 
 
 # Note [Staged loops]
