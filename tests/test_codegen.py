@@ -159,3 +159,43 @@ def test_a_last_dim_concatenation_is_one_loop_per_source():
     code = "\n".join(last_compiled["units"])
     body = code[code.index("/* Node(CAT"):]
     assert "if (" not in body[:body.index("return err")]
+
+
+def _kernels(code: str) -> list:
+    """The ops of the kernels in the last compiled program, in order."""
+    return [c.split(",")[0] for c in code.split("/* Node(")[1:]]
+
+
+def _ln_gelu_softmax(t, w, b):
+    return torch.softmax(F.gelu(F.layer_norm(t, t.shape[-1:], w, b)), -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_reductions_are_computed_by_the_kernels_that_read_them(dtype):
+    # Note [Row reductions] in compile/passes.py: LayerNorm's mean and variance and softmax's
+    # max and sum are loops inside the kernels of their rows, none a kernel of its own.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, 40, generator=g, dtype=dtype)
+    x[0, 0, 3] = float("nan")                   # a NaN row stays NaN through the max
+    w, b = torch.randn(40, generator=g, dtype=dtype), torch.randn(40, generator=g, dtype=dtype)
+    with torch.no_grad():
+        got = _ln_gelu_softmax(*(t.to("wse") for t in (x, w, b)))
+        lazydev.mark_step()
+        assert_same(got, _ln_gelu_softmax(x, w, b))
+    code = "\n".join(last_compiled["units"])
+    ops = _kernels(code)
+    assert not {"SUM", "RMAX"} & set(ops), ops
+    assert code.count("of the row */") == 4
+
+
+def test_a_row_reduction_read_elsewhere_stays_a_kernel():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 3, 24, generator=g)
+    fns = (lambda t: (t - t.mean(-1, keepdim=True), t.mean(-1, keepdim=True)),   # a saved mean
+           lambda t: t.transpose(0, 1) - t.amax(-1, keepdim=True).transpose(0, 1),
+           lambda t: t.var(-1, keepdim=True),   # the mean inside the variance's own loop
+           lambda t: t.sum(-1, keepdim=True).expand(5, 3, 24).sum(0))        # column readers
+    kept = ("SUM", "RMAX", "SUM", "SUM")
+    for f, op in zip(fns, kept):
+        assert_same(f(x.to("wse")), f(x))
+        assert op in _kernels("\n".join(last_compiled["units"]))

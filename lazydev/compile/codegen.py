@@ -53,6 +53,7 @@ class Emitter:
         self.uses_error = False
         self.may_alias: set = set()   # pointer codes one run may bind to the same buffer
         self.ix = IndexAlgebra(lambda expr: self.index_temp(expr, "q"))
+        self.row_values: dict = {}  # id(reduction) -> its value in the row being computed
 
     # -- indices --------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -129,6 +130,8 @@ class Emitter:
             return found
         if id(n) in self.ptrs:
             expr = cexpr.load_expr(n.dtype, f"{self.ptr(n)}[{self.flat(idx) if n.shape else 0}]")
+        elif id(n) in self.row_values:     # Note [Row reductions] in passes.py
+            return self.row_values[id(n)]
         else:
             expr = self.compute(n, idx)
         return self.b.temp(vtype(n.dtype), expr, key=key)

@@ -8,7 +8,7 @@ import torch
 from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op
 from . import cexpr
 from .cbuilder import CBuilder
-from .passes import matmul_operand
+from .passes import ROW_MIN, matmul_operand
 from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
 from .cexpr import vtype
 
@@ -33,7 +33,6 @@ def _store(e: Emitter, n: Node, flat: str, value: str) -> None:
     e.b.line(f"{e.ptr(n)}[{flat}] = {cexpr.store_expr(n.dtype, value)};")
 
 
-ROW_MIN = 8     # a last dim at least this long gets its own inner loop
 STAGE_TILE = 512  # elements per tile of a staged loop (Note [Staged loops])
 STAGE_MIN_CALLS = 3
 
@@ -64,6 +63,7 @@ def pointwise(e: Emitter, n: Node, also=()) -> None:
     with e.loop("o", numel // inner):
         rows = Idx(n.shape[:-1], flat="o")
         dims = [e.dim(rows, k) for k in range(len(n.shape) - 1)]
+        row_reductions(e, outs, dims)
         if calls and inner >= STAGE_TILE // 2:
             with e.loop("jb", inner, step=STAGE_TILE):
                 _tile_stages(e, outs, calls, _tile_width(e, "jb", inner), lambda shape, v: Idx(
@@ -225,6 +225,9 @@ def reduction(e: Emitter, n: Node) -> None:
     if not inner_parallel and out_numel > 1:
         _omp(b, out_numel * red)
     with e.loop("o", out_numel):
+        if out_numel > 1 and axes == (len(x.shape) - 1,):
+            rows = Idx(n.shape[:-1], flat="o")
+            row_reductions(e, (n,), [e.dim(rows, k) for k in range(len(n.shape) - 1)])
         b.line(fold.decl())
         if inner_parallel:
             b.line("#pragma omp parallel for simd schedule(static) reduction(+:acc)")
@@ -269,6 +272,36 @@ def split_reduction(e: Emitter, n: Node, red: int, k: int) -> None:
                 v = e.load(x, Idx(x.shape, flat=f"{base} * {inner} + r"))
                 b.line(fold.step(v))
         _store(e, n, "o", fold.result())
+
+
+def row_reductions(e: Emitter, nodes, dims: list) -> None:
+    """Before the elements of row `o` (coordinates `dims`), a loop per reduction that `nodes`
+    read and no kernel stores, sources first; from then on, a read of one is its value for this
+    row (Note [Row reductions] in passes.py)."""
+    order, seen = [], set()
+
+    def visit(m):
+        for s in m.src:
+            if id(s) not in e.ptrs and id(s) not in seen:
+                seen.add(id(s))
+                visit(s)
+                if s.op in REDUCE:
+                    order.append(s)
+    for m in nodes:
+        visit(m)
+    for r in order:
+        x, fold, value = r.src[0], _Fold(r), e.b.fresh("t")
+        size = x.shape[-1]
+        e.b.line(f"{vtype(r.dtype)} {value};")
+        with e.b.block(f"/* {r.op.name} of the row */"):
+            e.b.line(fold.decl())
+            if fold.pragma():
+                e.b.line(fold.pragma())
+            with e.loop("r", size):
+                v = e.load(x, Idx(x.shape, dims=dims + ["r"], flat=f"o * {size} + r"))
+                e.b.line(fold.step(v))
+            e.b.line(f"{value} = {fold.result()};")
+        e.row_values[id(r)] = value
 
 
 def column_reduction(e: Emitter, n: Node, red: int) -> None:

@@ -4,6 +4,7 @@ Each pass is a small named function; `pipeline` in compile/__init__.py runs them
 """
 from __future__ import annotations
 
+import math
 import os
 
 from ..trace.build import contiguous_strides, is_contiguous
@@ -156,6 +157,7 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
         if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
             realized.add(id(n))               # shared by several consumers: compute it once
     _bound_fusion_depth(order, realized)
+    realized -= _row_reductions(order, realized, outputs)
     for n in order:
         if n.op is Op.DATA:
             realized.discard(id(n))
@@ -177,3 +179,77 @@ def _bound_fusion_depth(order: list[Node], realized: set) -> None:
             realized.add(id(n))
             d = 0
         depth[id(n)] = d
+
+
+# Note [Row reductions]
+# LayerNorm's mean and variance and softmax's max and sum reduce the last axis of a row, and
+# the row's elements then read the result back through a broadcast. Realized, each reduction is
+# a kernel of its own and a pass over the whole tensor: the LayerNorm+GELU+softmax block made 11
+# kernels. A reduction over a last axis of at most ROW_FUSE_MAX elements whose every reader
+# computes whole rows of the same shape is not realized: the reader's kernel computes it per row,
+# in a loop of its own before the row's elements (kernels.row_reductions), while the row is in
+# L1. Readers that qualify: elementwise kernels with a row loop (last dim >= ROW_MIN) and
+# last-axis reductions, reached only through elementwise ops of the reduction's shape, one
+# broadcast of its last dim, and elementwise ops of the row's shape. Anything else (a saved
+# statistic, a view, another reduction) keeps the reduction realized.
+ROW_MIN = 8             # a last dim at least this long gets its own inner loop (kernels.py)
+ROW_FUSE_MAX = 8192     # elements of a row reduction a reader may compute per row
+_ROW_FOLDS = frozenset({Op.SUM, Op.RMAX, Op.RMIN})
+
+
+def _row_reduction(n: Node) -> bool:
+    """A reduction over the last axis only, of rows long enough for an inner loop."""
+    if n.op not in _ROW_FOLDS or not n.src:
+        return False
+    x = n.src[0]
+    nd = len(x.shape)
+    return (nd >= 2 and n.arg == (nd - 1,) and n.shape == x.shape[:-1] + (1,)
+            and ROW_MIN <= x.shape[-1] and math.prod(x.shape[:-1]) > 1)
+
+
+def _row_reductions(order: list[Node], realized: set, outputs: list[Node]) -> set:
+    """Ids of the reductions computed per row by their readers, and of the statistics between
+    them and the broadcast, which the broadcast rule realized (Note [Row reductions])."""
+    users: dict = {}
+    for n in order:
+        for s in n.src:
+            users.setdefault(id(s), []).append(n)
+    outs = {id(o) for o in outputs}
+    fused: set = set()
+    for n in reversed(order):       # readers first: a fused reduction may read another
+        if id(n) in outs or not _row_reduction(n) or n.src[0].shape[-1] > ROW_FUSE_MAX:
+            continue
+        stats = _read_per_row(n, users, realized, fused, outs)
+        if stats is not None:
+            fused.add(id(n))
+            fused |= stats
+    return fused
+
+
+def _read_per_row(r: Node, users: dict, realized: set, fused: set, outs: set) -> set | None:
+    """The statistics on the way to r's broadcasts if every reader of r computes whole rows
+    of r's rows, else None."""
+    rows, stats = r.shape[:-1], set()
+    stack, seen = [r], set()
+    while stack:
+        m = stack.pop()
+        for c in users.get(id(m), ()):
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            kept = id(c) in realized
+            if c.op in ELEMENTWISE and c.shape == r.shape and id(c) not in outs:
+                stats.add(id(c))        # a statistic of the row: mean, rsqrt(var + eps)
+                stack.append(c)
+            elif c.op in REDUCE:        # a reduction of the row's elements, per row itself
+                if not (id(c) in fused or kept and _row_reduction(c)) or m.shape == r.shape:
+                    return None
+            elif c.shape[:-1] != rows or c.shape[-1] < ROW_MIN:
+                return None
+            elif c.op in ELEMENTWISE and kept:
+                continue                # a kernel with a row loop
+            elif c.op in ELEMENTWISE or c.op is Op.EXPAND and not kept:
+                stack.append(c)         # the broadcast, and the row's elements reading it
+            else:
+                return None
+    return stats
