@@ -199,3 +199,18 @@ def test_a_row_reduction_read_elsewhere_stays_a_kernel():
     for f, op in zip(fns, kept):
         assert_same(f(x.to("wse")), f(x))
         assert op in _kernels("\n".join(last_compiled["units"]))
+
+
+def test_a_value_read_twice_by_one_loop_is_computed_there_once():
+    # GELU reads its input twice (x * Phi(x)); x = t + b is computed in GELU's loop, not stored.
+    g = torch.Generator().manual_seed(0)
+    x, b = torch.randn(32, 64, generator=g), torch.randn(64, generator=g)
+    cases = ((lambda t, c: F.gelu(t + c), ["MUL"]),
+             (lambda t, c: (t + c, F.gelu(t + c)), ["ADD"]),    # an output: stored (and
+             #                                       the GELU joins its loop, a kernel group)
+             (lambda t, c: ((t + c).sin() * 2, (t + c).sin().sum(0, keepdim=True)), ["SIN", "MUL", "SUM"]))
+    for f, kernels in cases:
+        assert_same(f(x.to("wse"), b.to("wse")), f(x, b))
+        code = "\n".join(last_compiled["units"])
+        assert _kernels(code) == kernels
+        assert code[code.index("/* Node("):].count("sin(") <= 1

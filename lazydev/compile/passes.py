@@ -156,12 +156,43 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
     for n in order:
         if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
             realized.add(id(n))               # shared by several consumers: compute it once
+    realized -= _shared_in_one_loop(order, realized, outputs)
     _bound_fusion_depth(order, realized)
     realized -= _row_reductions(order, realized, outputs)
     for n in order:
         if n.op is Op.DATA:
             realized.discard(id(n))
     return order, realized
+
+
+def _shared_in_one_loop(order: list[Node], realized: set, outputs: list[Node]) -> set:
+    """Values used several times, but all at their own position by one kernel's loop (GELU's
+    input, read by its two factors): that loop computes them once (a value read twice at one
+    position is one C temporary, Note [Index expressions]), so a buffer would only add a pass."""
+    users: dict = {}
+    for n in order:
+        for s in n.src:
+            users.setdefault(id(s), []).append(n)
+    outs = {id(o) for o in outputs}
+    return {id(n) for n in order if id(n) in realized and id(n) not in outs
+            and n.op in ELEMENTWISE and len(_own_position_kernels(n, users, realized)) == 1}
+
+
+def _own_position_kernels(n: Node, users: dict, realized: set) -> set:
+    """The kernels that read n only through elementwise ops of n's shape (so at n's own
+    position); an empty set if anything else reads it."""
+    kernels, stack, seen = set(), [n], set()
+    while stack:
+        m = stack.pop()
+        for c in users.get(id(m), ()):
+            if c.op not in ELEMENTWISE or c.shape != n.shape:
+                return set()
+            if id(c) in realized:
+                kernels.add(id(c))
+            elif id(c) not in seen:
+                seen.add(id(c))
+                stack.append(c)
+    return kernels
 
 
 MAX_FUSED_DEPTH = 48   # nodes inlined along one chain into one loop body
