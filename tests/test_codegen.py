@@ -214,3 +214,20 @@ def test_a_value_read_twice_by_one_loop_is_computed_there_once():
         code = "\n".join(last_compiled["units"])
         assert _kernels(code) == kernels
         assert code[code.index("/* Node("):].count("sin(") <= 1
+
+
+def test_a_cheap_value_read_by_a_row_loop_and_its_row_reductions_is_computed_twice():
+    # LayerNorm's x - mean is read by the variance (a row reduction) and by the normalisation:
+    # one loop, no stored copy. With a math call in it, the value is stored once instead.
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(8, 3, 48, generator=g), torch.randn(48, generator=g)
+
+    def centred_exp(t):
+        c = (t - t.mean(-1, keepdim=True)).exp()
+        return c * (c * c).sum(-1, keepdim=True)
+    cases = ((lambda t: F.layer_norm(t, (48,), w.to(t.device)), ["MUL"]),
+             (centred_exp, ["EXP", "MUL"]))
+    for f, kernels in cases:
+        with torch.no_grad():
+            assert_same(f(x.to("wse")), f(x))
+        assert _kernels("\n".join(last_compiled["units"])) == kernels

@@ -8,6 +8,7 @@ import math
 import os
 
 from ..trace.build import contiguous_strides, is_contiguous
+from .cexpr import MATH_CALLS
 from ..trace.ir import ELEMENTWISE, LEAF, LIBRARY, MOVEMENT, REDUCE, SCATTERS, Node, Op, toposort
 
 
@@ -159,20 +160,27 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
     realized -= _shared_in_one_loop(order, realized, outputs)
     _bound_fusion_depth(order, realized)
     realized -= _row_reductions(order, realized, outputs)
+    realized -= _recomputed_per_row(order, realized, outputs)
     for n in order:
         if n.op is Op.DATA:
             realized.discard(id(n))
     return order, realized
 
 
-def _shared_in_one_loop(order: list[Node], realized: set, outputs: list[Node]) -> set:
-    """Values used several times, but all at their own position by one kernel's loop (GELU's
-    input, read by its two factors): that loop computes them once (a value read twice at one
-    position is one C temporary, Note [Index expressions]), so a buffer would only add a pass."""
+def _users(order: list[Node]) -> dict:
+    """id(node) -> the nodes reading it."""
     users: dict = {}
     for n in order:
         for s in n.src:
             users.setdefault(id(s), []).append(n)
+    return users
+
+
+def _shared_in_one_loop(order: list[Node], realized: set, outputs: list[Node]) -> set:
+    """Values used several times, but all at their own position by one kernel's loop (GELU's
+    input, read by its two factors): that loop computes them once (a value read twice at one
+    position is one C temporary, Note [Index expressions]), so a buffer would only add a pass."""
+    users = _users(order)
     outs = {id(o) for o in outputs}
     return {id(n) for n in order if id(n) in realized and id(n) not in outs
             and n.op in ELEMENTWISE and len(_own_position_kernels(n, users, realized)) == 1}
@@ -241,10 +249,7 @@ def _row_reduction(n: Node) -> bool:
 def _row_reductions(order: list[Node], realized: set, outputs: list[Node]) -> set:
     """Ids of the reductions computed per row by their readers, and of the statistics between
     them and the broadcast, which the broadcast rule realized (Note [Row reductions])."""
-    users: dict = {}
-    for n in order:
-        for s in n.src:
-            users.setdefault(id(s), []).append(n)
+    users = _users(order)
     outs = {id(o) for o in outputs}
     fused: set = set()
     for n in reversed(order):       # readers first: a fused reduction may read another
@@ -284,3 +289,52 @@ def _read_per_row(r: Node, users: dict, realized: set, fused: set, outs: set) ->
             else:
                 return None
     return stats
+
+
+def _recomputed_per_row(order: list[Node], realized: set, outputs: list[Node]) -> set:
+    """Cheap values (no math call) read only by one row loop, at their own position and by the
+    row reductions that loop computes (LayerNorm's x - mean, read by the variance and by the
+    normalisation): that loop computes them twice per element instead of storing them."""
+    users = _users(order)
+    outs = {id(o) for o in outputs}
+    return {id(n) for n in order if id(n) in realized and id(n) not in outs
+            and n.op in ELEMENTWISE and len(n.shape) >= 2 and not _calls(n, realized)
+            and len(_row_loop_kernels(n, users, realized)) == 1}
+
+
+def _calls(n: Node, realized: set) -> bool:
+    """Whether computing n inline makes a vector-math call."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if m.op in MATH_CALLS and m.dtype.is_floating_point:
+            return True
+        for s in m.src:
+            if id(s) not in realized and id(s) not in seen and s.op is not Op.DATA:
+                seen.add(id(s))
+                stack.append(s)
+    return False
+
+
+def _row_loop_kernels(n: Node, users: dict, realized: set) -> set:
+    """The kernels reading n through elementwise ops of n's shape, or through a row reduction
+    they compute (Note [Row reductions]); an empty set if anything else reads it."""
+    kernels, stack, seen = set(), [(n, False)], set()
+    while stack:
+        m, stat = stack.pop()
+        for c in users.get(id(m), ()):
+            if id(c) in realized:
+                if c.op not in ELEMENTWISE or c.shape != n.shape:
+                    return set()
+                kernels.add(id(c))
+                continue
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if c.op in REDUCE or stat and (c.op in ELEMENTWISE or c.op is Op.EXPAND):
+                stack.append((c, c.shape != n.shape))  # fused: its readers are row loops
+            elif c.op in ELEMENTWISE and c.shape == n.shape:
+                stack.append((c, False))
+            else:
+                return set()
+    return kernels
