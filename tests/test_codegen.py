@@ -225,8 +225,12 @@ def test_a_cheap_value_read_by_a_row_loop_and_its_row_reductions_is_computed_twi
     def centred_exp(t):
         c = (t - t.mean(-1, keepdim=True)).exp()
         return c * (c * c).sum(-1, keepdim=True)
+    def deep_centred(t):            # 120 ops: the fusion depth bound stores one value midway
+        for _ in range(60):
+            t = t * 1.01 + 0.1
+        return t - t.mean(-1, keepdim=True)
     cases = ((lambda t: F.layer_norm(t, (48,), w.to(t.device)), ["MUL"]),
-             (centred_exp, ["EXP", "MUL"]))
+             (centred_exp, ["EXP", "MUL"]), (deep_centred, ["ADD", "SUB"]))
     for f, kernels in cases:
         with torch.no_grad():
             assert_same(f(x.to("wse")), f(x))

@@ -157,10 +157,12 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
     for n in order:
         if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
             realized.add(id(n))               # shared by several consumers: compute it once
-    realized -= _shared_in_one_loop(order, realized, outputs)
-    _bound_fusion_depth(order, realized)
-    realized -= _row_reductions(order, realized, outputs)
-    realized -= _recomputed_per_row(order, realized, outputs)
+    users, outs = _users(order), {id(o) for o in outputs}
+    realized -= _shared_in_one_loop(order, users, realized, outs)
+    # Values stored to bound a loop body's size, like outputs, stay stored from here on.
+    pinned = outs | _bound_fusion_depth(order, realized)
+    realized -= _row_reductions(order, users, realized, pinned)
+    realized -= _recomputed_per_row(order, users, realized, pinned)
     for n in order:
         if n.op is Op.DATA:
             realized.discard(id(n))
@@ -176,48 +178,34 @@ def _users(order: list[Node]) -> dict:
     return users
 
 
-def _shared_in_one_loop(order: list[Node], realized: set, outputs: list[Node]) -> set:
+def _shared_in_one_loop(order: list[Node], users: dict, realized: set, pinned: set) -> set:
     """Values used several times, but all at their own position by one kernel's loop (GELU's
     input, read by its two factors): that loop computes them once (a value read twice at one
-    position is one C temporary, Note [Index expressions]), so a buffer would only add a pass."""
-    users = _users(order)
-    outs = {id(o) for o in outputs}
-    return {id(n) for n in order if id(n) in realized and id(n) not in outs
-            and n.op in ELEMENTWISE and len(_own_position_kernels(n, users, realized)) == 1}
-
-
-def _own_position_kernels(n: Node, users: dict, realized: set) -> set:
-    """The kernels that read n only through elementwise ops of n's shape (so at n's own
-    position); an empty set if anything else reads it."""
-    kernels, stack, seen = set(), [n], set()
-    while stack:
-        m = stack.pop()
-        for c in users.get(id(m), ()):
-            if c.op not in ELEMENTWISE or c.shape != n.shape:
-                return set()
-            if id(c) in realized:
-                kernels.add(id(c))
-            elif id(c) not in seen:
-                seen.add(id(c))
-                stack.append(c)
-    return kernels
+    position is one C temporary, Note [Index expressions]), so a buffer would only add a pass.
+    Runs before any reduction is fused, so _reading_loops sees own-position readers only."""
+    return {id(n) for n in order if id(n) in realized and id(n) not in pinned
+            and n.op in ELEMENTWISE and len(_reading_loops(n, users, realized)) == 1}
 
 
 MAX_FUSED_DEPTH = 48   # nodes inlined along one chain into one loop body
 
 
-def _bound_fusion_depth(order: list[Node], realized: set) -> None:
+def _bound_fusion_depth(order: list[Node], realized: set) -> set:
     """Materialise every MAX_FUSED_DEPTH-th node of a long inline chain: codegen inlines
-    recursively, and one loop body the size of a whole 500-op chain helps no compiler."""
+    recursively, and one loop body the size of a whole 500-op chain helps no compiler.
+    Returns the ids it materialised."""
     depth: dict = {}
+    added = set()
     for n in order:
         d = 1 + max((depth[id(s)] for s in n.src), default=0)
         if id(n) in realized or n.op in LEAF:
             d = 0
         elif d >= MAX_FUSED_DEPTH:
             realized.add(id(n))
+            added.add(id(n))
             d = 0
         depth[id(n)] = d
+    return added
 
 
 # Note [Row reductions]
@@ -238,7 +226,7 @@ _ROW_FOLDS = frozenset({Op.SUM, Op.RMAX, Op.RMIN})
 
 def _row_reduction(n: Node) -> bool:
     """A reduction over the last axis only, of rows long enough for an inner loop."""
-    if n.op not in _ROW_FOLDS or not n.src:
+    if n.op not in _ROW_FOLDS:
         return False
     x = n.src[0]
     nd = len(x.shape)
@@ -246,23 +234,21 @@ def _row_reduction(n: Node) -> bool:
             and ROW_MIN <= x.shape[-1] and math.prod(x.shape[:-1]) > 1)
 
 
-def _row_reductions(order: list[Node], realized: set, outputs: list[Node]) -> set:
+def _row_reductions(order: list[Node], users: dict, realized: set, pinned: set) -> set:
     """Ids of the reductions computed per row by their readers, and of the statistics between
     them and the broadcast, which the broadcast rule realized (Note [Row reductions])."""
-    users = _users(order)
-    outs = {id(o) for o in outputs}
     fused: set = set()
     for n in reversed(order):       # readers first: a fused reduction may read another
-        if id(n) in outs or not _row_reduction(n) or n.src[0].shape[-1] > ROW_FUSE_MAX:
+        if id(n) in pinned or not _row_reduction(n) or n.src[0].shape[-1] > ROW_FUSE_MAX:
             continue
-        stats = _read_per_row(n, users, realized, fused, outs)
+        stats = _read_per_row(n, users, realized, fused, pinned)
         if stats is not None:
             fused.add(id(n))
             fused |= stats
     return fused
 
 
-def _read_per_row(r: Node, users: dict, realized: set, fused: set, outs: set) -> set | None:
+def _read_per_row(r: Node, users: dict, realized: set, fused: set, pinned: set) -> set | None:
     """The statistics on the way to r's broadcasts if every reader of r computes whole rows
     of r's rows, else None."""
     rows, stats = r.shape[:-1], set()
@@ -274,7 +260,7 @@ def _read_per_row(r: Node, users: dict, realized: set, fused: set, outs: set) ->
                 continue
             seen.add(id(c))
             kept = id(c) in realized
-            if c.op in ELEMENTWISE and c.shape == r.shape and id(c) not in outs:
+            if c.op in ELEMENTWISE and c.shape == r.shape and id(c) not in pinned:
                 stats.add(id(c))        # a statistic of the row: mean, rsqrt(var + eps)
                 stack.append(c)
             elif c.op in REDUCE:        # a reduction of the row's elements, per row itself
@@ -291,15 +277,13 @@ def _read_per_row(r: Node, users: dict, realized: set, fused: set, outs: set) ->
     return stats
 
 
-def _recomputed_per_row(order: list[Node], realized: set, outputs: list[Node]) -> set:
+def _recomputed_per_row(order: list[Node], users: dict, realized: set, pinned: set) -> set:
     """Cheap values (no math call) read only by one row loop, at their own position and by the
     row reductions that loop computes (LayerNorm's x - mean, read by the variance and by the
     normalisation): that loop computes them twice per element instead of storing them."""
-    users = _users(order)
-    outs = {id(o) for o in outputs}
-    return {id(n) for n in order if id(n) in realized and id(n) not in outs
+    return {id(n) for n in order if id(n) in realized and id(n) not in pinned
             and n.op in ELEMENTWISE and len(n.shape) >= 2 and not _calls(n, realized)
-            and len(_row_loop_kernels(n, users, realized)) == 1}
+            and len(_reading_loops(n, users, realized)) == 1}
 
 
 def _calls(n: Node, realized: set) -> bool:
@@ -316,9 +300,10 @@ def _calls(n: Node, realized: set) -> bool:
     return False
 
 
-def _row_loop_kernels(n: Node, users: dict, realized: set) -> set:
-    """The kernels reading n through elementwise ops of n's shape, or through a row reduction
-    they compute (Note [Row reductions]); an empty set if anything else reads it."""
+def _reading_loops(n: Node, users: dict, realized: set) -> set:
+    """The kernels reading n through elementwise ops of n's shape (at n's own position), or
+    through a row reduction they compute (Note [Row reductions]); an empty set if anything
+    else reads it."""
     kernels, stack, seen = set(), [(n, False)], set()
     while stack:
         m, stat = stack.pop()
