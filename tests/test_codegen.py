@@ -107,6 +107,40 @@ def test_window_argmax_matches_cpu(shape):
     assert_same(rows.to("wse").argmin(1), rows.argmin(1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape,kwargs", [
+    ((3, 4, 12, 2100), dict(kernel_size=2)),                # a row longer than one tile
+    ((2, 3, 9, 9), dict(kernel_size=3, stride=2, padding=1)),
+    ((2, 3, 7, 9), dict(kernel_size=2, ceil_mode=True)),
+    ((3, 10, 11), dict(kernel_size=(2, 3), stride=1, padding=1, dilation=(1, 2))),
+])
+def test_max_pool_indices_are_the_cpu_kernels(dtype, shape, kwargs):
+    """max_pool2d as PyTorch's CPU kernel computes it: the first maximum of a window, the
+    last NaN of a window with several, the first position in bounds of a window of -inf."""
+    x = torch.randn(*shape).to(dtype)
+    flat = x.view(-1, shape[-1])
+    flat[0, :4] = 0.5                                     # ties
+    flat[1, 0], flat[1, 1] = float("nan"), float("nan")   # two NaNs in one window
+    flat[2, 3], flat[3, 2] = float("nan"), float("nan")   # NaNs in two rows of one window
+    flat[4:6, :] = float("-inf")
+    got = F.max_pool2d(x.to("wse"), return_indices=True, **kwargs)
+    want = F.max_pool2d(x, return_indices=True, **kwargs)
+    assert_same(got[0], want[0])
+    assert_same(got[1], want[1])
+    assert "POOL_ARGMAX" in "\n".join(last_compiled["units"])
+
+
+def test_a_scatter_add_runs_its_rows_in_parallel_and_adds_in_index_order():
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(96, 500, generator=g)
+    index = torch.randint(0, 7, (96, 400), generator=g)      # many hits on one element
+    src = torch.randn(96, 400, generator=g) * 1e4
+    got = base.to("wse").scatter_add(1, index.to("wse"), src.to("wse"))
+    assert torch.equal(got.cpu(), base.scatter_add(1, index, src))  # same order: same bits
+    code = "\n".join(last_compiled["units"])
+    assert code.count("#pragma omp parallel for") >= 2              # the base copy, the rows
+
+
 def _three_calls(t, b):
     return torch.tanh(torch.exp(torch.sin(t * 0.9 + b))) * t    # t is read again at the end
 

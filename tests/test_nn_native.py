@@ -44,15 +44,16 @@ def test_avg_pool(kwargs):
 
 
 @pytest.mark.parametrize("shape,kwargs", [
-    ((4, 3, 28, 28), dict(kernel_size=2)),                 # tiling windows: the gather form
+    ((4, 3, 28, 28), dict(kernel_size=2)),                 # tiling windows
     ((2, 3, 7, 9), dict(kernel_size=2)),                   # a remainder row and column
     ((2, 2, 8, 8), dict(kernel_size=(2, 4))),
-    ((2, 3, 7, 9), dict(kernel_size=2, ceil_mode=True)),   # partial windows: scatter-add
-    ((2, 3, 9, 9), dict(kernel_size=3, stride=2, padding=1)),  # overlapping: scatter-add
+    ((2, 3, 7, 9), dict(kernel_size=2, ceil_mode=True)),   # partial windows
+    ((2, 3, 9, 9), dict(kernel_size=3, stride=2, padding=1)),  # overlapping windows add up
+    ((3, 9, 11), dict(kernel_size=(3, 2), stride=(1, 2), dilation=2)),  # 3-d input, dilated
 ])
 def test_max_pool2d_backward(shape, kwargs):
     x = torch.randn(*shape)
-    x[0, 0, 0, :4] = 5.0                  # ties: the first maximum gets the gradient
+    x.view(-1, shape[-1])[0, :4] = 5.0    # ties: the first maximum gets the gradient
     run_both(lambda t: F.max_pool2d(t, **kwargs).pow(2), x.requires_grad_())
 
 

@@ -143,7 +143,7 @@ def _tile_stages(e: Emitter, outs, calls, width, position) -> None:
     `outs`. `position(shape, var)`: the Idx of the tile's element `var`."""
     b = e.b
     for k, c in enumerate(calls):
-        b.line(f"{vtype(c.dtype)} s{k}[{STAGE_TILE}] __attribute__((aligned(64)));")
+        b.line(f"{vtype(c.dtype)} s{k}[{STAGE_TILE}] WSE_ALIGNED;")
     for k, c in enumerate(calls):
         b.line("#pragma omp simd")
         with e.loop("i", width, hi=STAGE_TILE - 1):
@@ -313,7 +313,7 @@ def column_reduction(e: Emitter, n: Node, red: int) -> None:
     with e.loop("ob", out, step=COLUMN_BLOCK):
         b.line(f"const int64_t w = {out} - ob < {COLUMN_BLOCK} ? {out} - ob : {COLUMN_BLOCK};")
         init = cexpr.REDUCE_INIT[n.op](n.dtype)
-        b.line(f"{acc_t} acc[{COLUMN_BLOCK}];")
+        b.line(f"{acc_t} acc[{COLUMN_BLOCK}] WSE_ALIGNED;")
         b.line(f"for (int64_t j = 0; j < {COLUMN_BLOCK}; j++) acc[j] = {init};")
         with e.loop("r", red):
             with e.loop("j", "w", hi=COLUMN_BLOCK - 1):
@@ -362,7 +362,7 @@ def _window_argreduction(e: Emitter, n: Node, x: Node, vt: str, init: str, take,
     arithmetic is done once per row and no select waits on the one before it."""
     b, size = e.b, x.shape[-1]
     with e.loop("o", n.numel // inner):
-        b.line(f"{vt} best[{inner}]; int64_t bi[{inner}];")
+        b.line(f"{vt} best[{inner}] WSE_ALIGNED; int64_t bi[{inner}] WSE_ALIGNED;")
         b.line(f"for (int64_t j = 0; j < {inner}; j++) {{ best[j] = {init}; bi[j] = 0; }}")
         with e.loop("r", size):
             b.line("#pragma omp simd")
@@ -455,12 +455,65 @@ def scatter(e: Emitter, n: Node) -> None:
     x, index, value = n.src
     dim, reduce = n.arg
     _copy_base(e, n, x)
-    with e.loop("j", index.numel):
-        ii = Idx(index.shape, flat="j")
+    # Element j of the index writes into x at j's own coordinates before `dim`, so rows of
+    # those leading dims never collide and split across threads; inside a row, elements may
+    # hit the same place and run in order (the last write wins, adds add up in index order).
+    outer = _prod(index.shape[:dim])
+    inner = index.numel // outer if outer else 0
+    if outer > 1:
+        _omp(e.b, index.numel)
+    with e.loop("o", outer), e.loop("k", inner):
+        ii = Idx(index.shape, flat=f"o * {inner} + k")
         dims = [e.dim(ii, k) for k in range(len(index.shape))]
         i = e.checked_index(e.load(index, ii), x.shape[dim])
         target = e.flat(Idx(x.shape, dims=[i if k == dim else d for k, d in enumerate(dims)]))
         _write(e, n, target, e.load(value, Idx(value.shape, dims=dims)), SCATTER_REDUCE[reduce])
+
+
+POOL_TILE = 1024   # outputs of one row whose running maxima a pooling kernel keeps at once
+
+
+def pool_argmax(e: Emitter, n: Node) -> None:
+    """max_pool2d's indices (Op.POOL_ARGMAX), picked as PyTorch's CPU kernel picks them: the
+    first maximum of each window, a NaN over any number (the last NaN), and the first position
+    in bounds when every value is -inf. Per row of outputs the taps run outermost and the
+    outputs innermost, in one vectorised loop of selects: a loop per window chains its selects,
+    which the compiler turns into branches that mispredict on data in no order (9x slower)."""
+    x, b = n.src[0], e.b
+    kh, kw, sh, sw, ph, pw, dh, dw = n.arg
+    (h, w), (oh, ow) = x.shape[-2:], n.shape[-2:]
+    if not n.numel:
+        return
+    vt, px, out = vtype(x.dtype), e.ptr(x), e.ptr(n)
+    # Taps can fall outside the input only with padding or ceil_mode's partial last window.
+    check_h = ph > 0 or (oh - 1) * sh + (kh - 1) * dh >= h
+    check_w = pw > 0 or (ow - 1) * sw + (kw - 1) * dw >= w
+    tile = min(ow, POOL_TILE)
+    _omp(b, n.numel * kh * kw)
+    with e.loop("r", n.numel // ow):          # output row r % oh of plane r / oh
+        b.line(f"const int64_t base = (r / {oh}) * {h * w}, h0 = (r % {oh}) * {sh} - {ph};")
+        with e.loop("cb", ow, step=tile):
+            count = str(tile) if tile == ow else f"({ow} - cb < {tile} ? {ow} - cb : {tile})"
+            b.line(f"{vt} best[{tile}] WSE_ALIGNED; int64_t bi[{tile}] WSE_ALIGNED;")
+            b.line(f"for (int64_t c = 0; c < {tile}; c++) {{ best[c] = 0; bi[c] = -1; }}")
+            with e.loop("i", kh):
+                b.line(f"const int64_t ih = h0 + i * {dh};")
+                if check_h:
+                    b.line(f"if ((uint64_t)ih >= (uint64_t){h}) continue;")
+                with e.loop("j", kw):
+                    b.line("#pragma omp simd")
+                    with b.block(f"for (int64_t c = 0; c < {count}; c++)"):
+                        b.line(f"const int64_t iw = (cb + c) * {sw} + j * {dw} - {pw};")
+                        ok, at = "", "iw"
+                        if check_w:
+                            b.line(f"const bool in = (uint64_t)iw < (uint64_t){w};")
+                            ok, at = "in & ", "(in ? iw : 0)"
+                        v = cexpr.load_expr(x.dtype, f"{px}[base + ih * {w} + {at}]")
+                        b.line(f"const {vt} v = {v};")
+                        b.line(f"const bool take = {ok}((bi[c] < 0) | (v > best[c]) | (v != v));")
+                        b.line(f"best[c] = take ? v : best[c]; bi[c] = take ? ih * {w} + iw : bi[c];")
+            with b.block(f"for (int64_t c = 0; c < {count}; c++)"):
+                b.line(f"{out}[r * {ow} + cb + c] = bi[c];")
 
 
 def _gemm_operand(e: Emitter, s: Node):
@@ -529,7 +582,7 @@ TEMPLATES = {
     Op.CUMPROD: value_scan, Op.LOGCUMSUMEXP: value_scan,
     Op.SCATTER_STRIDED: scatter_strided, Op.INDEX_PUT: index_put, Op.SCATTER: scatter,
     Op.MATMUL: matmul, Op.CONV2D: conv, Op.CONV2D_BWD_INPUT: conv, Op.CONV2D_BWD_WEIGHT: conv,
-    Op.LINALG: linalg, Op.LINALG_CHECK: linalg_check,
+    Op.LINALG: linalg, Op.LINALG_CHECK: linalg_check, Op.POOL_ARGMAX: pool_argmax,
 }
 
 

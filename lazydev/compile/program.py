@@ -281,6 +281,10 @@ def _preamble(prefix: str) -> str:
         prefix,
         # Kernels are shared between translation units but not exported from the .so.
         '#define WSE_KERNEL __attribute__((visibility("hidden")))',
+        # gcc 12 stored a stack array of a leaf kernel with an aligned vector store at an
+        # address it had not aligned (a crash in pool_argmax); explicit alignment makes it
+        # realign the frame.
+        "#define WSE_ALIGNED __attribute__((aligned(64)))",
         "#define WSE_FAIL(code, a, b) do { __atomic_store_n(&err, (code), __ATOMIC_RELAXED); "
         "errinfo[0] = (int64_t)(a); errinfo[1] = (int64_t)(b); } while (0)",
         "",

@@ -75,6 +75,9 @@ class Op(IntEnum):
     SORT = 170          # arg = (axis, descending); stable sorting permutation of each row
     SEARCHSORTED = 171  # arg = right; src = (sorted rows [.., N], values [.., M]) or 1-d rows
     CUMARG = 172        # arg = (axis, is_max); index of the running max/min (cummax/cummin)
+    # windows (trace/lower_nn.py)
+    POOL_ARGMAX = 180   # arg = (kh, kw, sh, sw, ph, pw, dh, dw); src = (x [.., H, W],): int64
+    #                     [.., OH, OW], the index ih * W + iw of each window's maximum
 
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
@@ -84,7 +87,7 @@ MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140) | {Op.CUMARG}
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
 LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT, Op.LINALG,
-                     Op.LINALG_CHECK, Op.SORT, Op.SEARCHSORTED})
+                     Op.LINALG_CHECK, Op.SORT, Op.SEARCHSORTED, Op.POOL_ARGMAX})
 SCATTERS = frozenset({Op.SCATTER_STRIDED, Op.INDEX_PUT, Op.SCATTER})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 

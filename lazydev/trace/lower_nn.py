@@ -289,64 +289,30 @@ def _pair(v, default=None):
     return v * 2 if len(v) == 1 else v
 
 
-def _pool_window_index(shape, r: Node, kw, stride, padding, dilation, width):
-    """Input index ih * W + iw of window element r at each output position."""
-    i64 = torch.int64
-
-    def coord(dim, k_part, s, p, d):
-        pos = Node(Op.INDEX, i64, shape, (), dim)
-        return _bin(Op.ADD, _bin(Op.MUL, pos, as_node(s, i64)),
-                    _bin(Op.SUB, _bin(Op.MUL, k_part, as_node(d, i64)), as_node(p, i64)))
-    kh_part = _bin(Op.FLOORDIV, r, as_node(kw, i64))
-    kw_part = _bin(Op.MOD, r, as_node(kw, i64))
-    ih = coord(len(shape) - 2, kh_part, stride[0], padding[0], dilation[0])
-    iw = coord(len(shape) - 1, kw_part, stride[1], padding[1], dilation[1])
-    return _bin(Op.ADD, _bin(Op.MUL, ih, as_node(width, i64)), iw)
-
-
 @register(aten.max_pool2d_with_indices.default)
 def _max_pool2d(spec, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     if not x.dtype.is_floating_point or len(x.shape) not in (3, 4):
         raise Unsupported("max_pool2d of non-float or non-2d input: decomposition")
     k, p, d = _pair(kernel_size), _pair(padding, [0]), _pair(dilation, [1])
     s = _pair(stride, k)
-    x4 = x if len(x.shape) == 4 else reshape(x, (1,) + x.shape)
-    n, c, h, w = x4.shape
-    out4 = (n, c) + tuple(spec[0].shape[-2:])
-    oh, ow = out4[2:]
-    # Pad with -inf (right padding also covers ceil_mode's partial windows), view the padded
-    # input as windows, reduce each window.
-    extra = [max(0, (o - 1) * st + (kk - 1) * dd + 1 - size - pp)
-             for o, st, kk, dd, size, pp in ((oh, s[0], k[0], d[0], h, p[0]),
-                                               (ow, s[1], k[1], d[1], w, p[1]))]
-    hp, wp = h + p[0] + extra[0], w + p[1] + extra[1]
-    padded = x4 if (hp, wp) == (h, w) and p == [0, 0] else Node(
-        Op.PAD, x.dtype, (n, c, hp, wp), (x4, as_node(float("-inf"), x.dtype)),
-        ((0, 0), (0, 0), (p[0], extra[0]), (p[1], extra[1])))
-    win_shape = (n, c, oh, ow, k[0], k[1])
-    strides = (c * hp * wp, hp * wp, s[0] * wp, s[1], d[0] * wp, d[1])
-    windows = Node(Op.AS_STRIDED, x.dtype, win_shape, (padded,), (strides, 0))
-    flat = reshape(windows, (n, c, oh, ow, k[0] * k[1]))
-    arg = Node(Op.ARGMAX, torch.int64, (n, c, oh, ow, 1), (flat,), 4)
-    # The maximum is the element at the argmax (a NaN where the argmax found one): one read per
-    # window in the consumer's loop, not a second pass over every window.
-    values = reshape(Node(Op.GATHER, x.dtype, arg.shape, (flat, arg), 4), out4)
-    r = reshape(arg, out4)
-    index = _pool_window_index(out4, r, k[1], s, p, d, w)
-    return reshape(values, spec[0].shape), reshape(index, spec[1].shape)
+    index = Node(Op.POOL_ARGMAX, torch.int64, tuple(spec[1].shape), (x,),
+                 (k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]))
+    # The maximum is the element at its index (a NaN where the window has one), gathered from
+    # the input plane: one read per output, in the consumer's loop.
+    lead, (h, w) = x.shape[:-2], x.shape[-2:]
+    outs = index.shape[-2] * index.shape[-1]
+    values = Node(Op.GATHER, x.dtype, lead + (outs,),
+                  (reshape(x, lead + (h * w,)), reshape(index, lead + (outs,))), len(lead))
+    return reshape(values, tuple(spec[0].shape)), index
 
 
 @register(aten.max_pool2d_with_indices_backward.default)
 def _max_pool2d_backward(spec, grad, x, kernel_size, stride, padding, dilation, ceil_mode,
                          indices):
+    """Each window's gradient is added at its maximum's index, plane by plane (the planes run
+    in parallel, Op.SCATTER's leading dims): overlapping windows add up, as on the CPU."""
     if not x.dtype.is_floating_point:
         raise Unsupported("integer max_pool2d backward")
-    k, p, d = _pair(kernel_size), _pair(padding, [0]), _pair(dilation, [1])
-    s = _pair(stride, k)
-    if s == k and p == [0, 0] and d == [1, 1] and len(x.shape) == 4:
-        tiled = _max_pool2d_backward_tiled(spec, grad, x, k, indices)
-        if tiled is not None:
-            return tiled
     lead = x.shape[:-2]
     plane = x.shape[-2] * x.shape[-1]
     outs = grad.shape[-2] * grad.shape[-1]
@@ -355,31 +321,6 @@ def _max_pool2d_backward(spec, grad, x, kernel_size, stride, padding, dilation, 
     val = reshape(cast(grad, spec.dtype), lead + (outs,))
     gi = Node(Op.SCATTER, spec.dtype, base.shape, (base, idx, val), (len(lead), "add"))
     return reshape(gi, spec.shape)
-
-
-def _max_pool2d_backward_tiled(spec, grad, x, k, indices):
-    """Windows that tile the input (stride == kernel, no padding): each input position is in
-    at most one window, so its gradient is that window's gradient where the window's argmax is
-    this position, else 0. A parallel elementwise loop instead of a serial scatter-add; the
-    scatter is the general case (overlapping windows add)."""
-    n, c, h, w = x.shape
-    oh, ow = grad.shape[-2:]
-    if oh * k[0] > h or ow * k[1] > w:
-        return None                        # ceil_mode's partial windows: the general case
-
-    def up(t: Node, fill) -> Node:         # [n, c, oh, ow] -> [n, c, h, w], each value tiled
-        t = reshape(t, (n, c, oh, 1, ow, 1))
-        t = reshape(expand(t, (n, c, oh, k[0], ow, k[1])), (n, c, oh * k[0], ow * k[1]))
-        if (oh * k[0], ow * k[1]) == (h, w):
-            return t
-        return Node(Op.PAD, t.dtype, (n, c, h, w), (t, as_node(fill, t.dtype)),
-                    ((0, 0), (0, 0), (0, h - oh * k[0]), (0, w - ow * k[1])))
-    i64 = torch.int64
-    here = _bin(Op.ADD, _bin(Op.MUL, Node(Op.INDEX, i64, (n, c, h, w), (), 2), as_node(w, i64)),
-                Node(Op.INDEX, i64, (n, c, h, w), (), 3))
-    hit = Node(Op.EQ, torch.bool, x.shape, (up(reshape(indices, (n, c, oh, ow)), -1), here))
-    g = up(reshape(cast(grad, spec.dtype), (n, c, oh, ow)), 0.0)
-    return Node(Op.WHERE, spec.dtype, spec.shape, (hit, g, full(0, spec.dtype, spec.shape)))
 
 
 def _chunks(x: Node, n: int, dim: int = 1):
