@@ -613,3 +613,38 @@ def test_repeated_loop_nests_are_compiled_once():
     defined = sum(u.count(") {\n  int err = 0;") for u in units)
     assert layout.kernels == 8
     assert defined == 2, units[-1]
+
+
+# ----------------------------------------------------------------- execution queue
+
+def test_a_host_that_waits_runs_the_queued_jobs_itself_in_order(monkeypatch):
+    """Note [Who runs a program]: jobs the worker has not started run on the waiting thread,
+    in submission order and only up to the one waited for; the rest run on the worker."""
+    from lazydev.runtime import queue as Q
+    q, ran = Q.ExecQueue(), []
+
+    def job(k):
+        return lambda: ran.append((k, threading.current_thread().name))
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker never gets there first
+    tickets = [q.submit(job(k)) for k in range(3)]
+    assert q.wait(tickets[1]) == []
+    assert ran == [(0, "MainThread"), (1, "MainThread")]
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    later = q.submit(job(3))                          # wakes the worker, nobody waits
+    while not later.done.is_set():
+        time.sleep(0.001)
+    assert ran[2:] == [(2, "lazydev-exec"), (3, "lazydev-exec")]
+    q.shutdown()
+
+
+def test_a_failed_job_cancels_the_rest_whoever_runs_them():
+    from lazydev.runtime.queue import Cancelled, ExecQueue
+    q = ExecQueue()
+
+    def boom():
+        raise ValueError("boom")
+    tickets = [q.submit(lambda: None), q.submit(boom), q.submit(lambda: None)]
+    failed = q.wait(tickets[-1])
+    assert [type(t.error) for t in failed] == [ValueError, Cancelled]
+    assert q.wait(q.submit(lambda: None)) == []          # the queue accepts work again
+    q.shutdown()
