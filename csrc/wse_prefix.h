@@ -58,12 +58,17 @@ enum {
   WSE_DT_I16, WSE_DT_I8, WSE_DT_U8, WSE_DT_BOOL
 };
 
-/* The single entry point every generated program exports. */
+/* The single entry point every generated program exports. It runs the program's kernel calls
+   from *next on, in order, and leaves *next at the first call not run. Before each call it
+   reads *stop: when set, it returns WSE_PAUSED, and a later call (from any thread) resumes
+   there (Note [Who runs a program] in lazydev/runtime/queue.py). */
 typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
-                            const double* scalars, int64_t* errinfo);
+                            const double* scalars, int64_t* errinfo, int32_t* next,
+                            const volatile int32_t* stop);
 
 /* Entry-point return codes; details go to errinfo[0..3]. */
 #define WSE_OK 0
+#define WSE_PAUSED (-1)  /* *stop was set: resume from *next */
 #define WSE_ERR_INDEX 1    /* errinfo[0] = index value, errinfo[1] = dim size */
 #define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
 #define WSE_ERR_LINALG 3   /* errinfo[0] = LAPACK info, [1] = batch index, [2] = check id */

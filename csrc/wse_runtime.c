@@ -230,9 +230,10 @@ void* wse_program_load(const char* so_path, char* errbuf, int errlen) {
   return entry;
 }
 
-int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo) {
+int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo,
+                    int32_t* next, const int32_t* stop) {
   wse_entry_fn fn = (wse_entry_fn)entry;
-  return fn(&wse_kernels_lib, bufs, scalars, errinfo);
+  return fn(&wse_kernels_lib, bufs, scalars, errinfo, next, stop);
 }
 
 /* ---- BLAS ----------------------------------------------------------------- */

@@ -30,9 +30,10 @@ void    wse_empty_cache(void);        /* release them */
 /* dlopen + dlsym("wse_entry").  Returns the entry point, or NULL with the
    dlerror() text copied into errbuf.  The library is never unloaded. */
 void* wse_program_load(const char* so_path, char* errbuf, int errlen);
-/* Calls entry(&lib, bufs, scalars, errinfo) and returns its code. */
+/* Calls entry(&lib, bufs, scalars, errinfo, next, stop) and returns its code (WSE_PAUSED
+   when *stop was set before the call at *next). */
 int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
-                      int64_t* errinfo);
+                      int64_t* errinfo, int32_t* next, const int32_t* stop);
 
 /* ---- BLAS ----------------------------------------------------------------- */
 /* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol

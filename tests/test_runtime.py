@@ -240,7 +240,8 @@ def test_prefix_source_is_embedded():
 # ----------------------------------------------------------------- GEMM
 
 GEMM_C = r"""
-int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo) {
+int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo,
+              int32_t* next, const volatile int32_t* stop) {
   (void)errinfo;
   int64_t b = s[1], ta = s[2], tb = s[3], M = s[4], N = s[5], K = s[6];
   int64_t lda = s[8], sa = s[9], ldb = s[10], sb = s[11], ldc = s[13], sc = s[14];
@@ -313,7 +314,8 @@ def test_gemm_alpha_beta_broadcast_and_degenerate(gemm_prog, dtype):
 # ----------------------------------------------------------------- conv2d
 
 CONV_C = r"""
-int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo) {
+int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo,
+              int32_t* next, const volatile int32_t* stop) {
   (void)errinfo;
   int64_t p[WSE_CONV_NPARAMS];
   for (int i = 0; i < WSE_CONV_NPARAMS; i++) p[i] = (int64_t)s[i + 1];
@@ -382,7 +384,8 @@ ERR_C = r"""
 /* mode 0: gather out[i] = src[idx[i]] with a bounds check (negative wraps);
    mode 1: out[i] = src[i] // idx[i]; mode 2: unknown error code;
    mode 3: spin until Python sets *flag (proves the GIL is released). */
-int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo) {
+int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo,
+              int32_t* next, const volatile int32_t* stop) {
   (void)lib;
   const int64_t* src = bufs[0];
   const int64_t* idx = bufs[1];
@@ -463,7 +466,8 @@ def test_program_load_errors(cdir):
 
 HELPERS_C = r"""
 /* s[0] selects the helper, s[1] = n; bufs[0], bufs[1] inputs, bufs[2] output. */
-int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo) {
+int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo,
+              int32_t* next, const volatile int32_t* stop) {
   (void)lib; (void)errinfo;
   int op = (int)s[0];
   int64_t n = s[1];
@@ -634,6 +638,95 @@ def test_a_host_that_waits_runs_the_queued_jobs_itself_in_order(monkeypatch):
     while not later.done.is_set():
         time.sleep(0.001)
     assert ran[2:] == [(2, "lazydev-exec"), (3, "lazydev-exec")]
+    q.shutdown()
+
+
+def test_a_generated_program_pauses_between_kernel_calls_and_resumes_there(cdir):
+    """The entry compile/program.py generates stops before the next call once asked, and a
+    later resume (from any thread) runs on from there, not from the start."""
+    from lazydev.compile.kernels import KERNEL_ARGS
+    from lazydev.compile.program import _entry
+    kernel = ("WSE_KERNEL int k0(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
+              "  x[0] = x[0] * 2.0f + 1.0f;\n  return 0;\n}\n")
+    calls = [(0, [0], []), (0, [0], []), (0, [0], [])]           # x -> ((2x+1)*2+1)*2+1
+    # Generated programs build with -w; gcc -Wall doubts the entry's argument table P.
+    body = ('#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"\n'
+            '#define WSE_KERNEL __attribute__((visibility("hidden")))\n' + kernel
+            + _entry(1, calls, 1))
+    prog = build_program(cdir, "pausable", body)
+    x = Buffer.from_tensor(torch.tensor([1.0]))
+    run = prog.start([x, Buffer(64)], [])
+    run.pause()
+    assert run.resume() is False and x.to_tensor(torch.float32, (1,)).item() == 1.0
+    assert run.resume() is False                       # still paused: nothing ran
+    assert run.resume(unpause=True) is True
+    assert x.to_tensor(torch.float32, (1,)).item() == 15.0
+    assert run.resume() is True                        # finished: nothing runs twice
+    assert x.to_tensor(torch.float32, (1,)).item() == 15.0
+
+
+class _Steps:
+    """A resumable job of `n` steps that records which thread ran each step."""
+
+    def __init__(self, n, ran, started):
+        self.n, self.ran, self.started, self.next, self.stop = n, ran, started, 0, False
+
+    def pause(self):
+        self.stop = True
+
+    def resume(self, unpause=False):
+        if unpause:
+            self.stop = False
+        while self.next < self.n:
+            if self.stop:
+                return False
+            self.ran.append((self.next, threading.current_thread().name))
+            self.next += 1
+            self.started.set()
+            time.sleep(0.002)
+        return True
+
+
+def test_a_host_that_waits_takes_over_the_job_the_worker_is_running(monkeypatch):
+    """Note [Who runs a program]: the worker pauses between two steps of a running job and the
+    waiting host runs the rest, each step once and in order; a job is not split otherwise."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    ticket = q.submit(_Steps(200, ran, started))
+    assert started.wait(10)
+    assert q.wait(ticket) == [] and ticket.error is None
+    assert [k for k, _ in ran] == list(range(200))
+    threads = [name for _, name in ran]
+    first_host = threads.index("MainThread")
+    assert 0 < first_host < 200
+    assert set(threads[:first_host]) == {"lazydev-exec"} and set(threads[first_host:]) == {
+        "MainThread"}
+    alone, done = [], threading.Event()
+    whole = q.submit(_Steps(3, alone, done))           # nobody waits: the worker runs it all
+    while not whole.done.is_set():
+        time.sleep(0.001)
+    assert [name for _, name in alone] == ["lazydev-exec"] * 3
+    q.shutdown()
+
+
+def test_a_job_paused_for_a_host_that_never_takes_it_goes_back_to_the_worker(monkeypatch):
+    """A paused job nobody waits for (an interrupted wait) must not stall the queue."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    monkeypatch.setattr(Q, "ORPHAN_GRACE", 0.01)
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    job = _Steps(50, ran, started)
+    ticket = q.submit(job)
+    after = q.submit(lambda: ran.append(("after", threading.current_thread().name)))
+    assert started.wait(10)
+    job.pause()                                        # as a host would, then never waits
+    deadline = time.monotonic() + 10
+    while not after.done.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert ticket.done.is_set() and after.done.is_set() and ticket.error is None
+    assert [k for k, _ in ran] == list(range(50)) + ["after"]
+    assert {name for _, name in ran} == {"lazydev-exec"}
     q.shutdown()
 
 

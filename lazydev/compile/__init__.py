@@ -40,22 +40,37 @@ class Compiled:
         if self.arena is None or self.arena.nbytes < lay.arena_bytes:
             self.arena = Buffer(lay.arena_bytes)
         bufs = [inputs[s] for s in lay.input_slots] + outs + [self.arena]
-        program, stats = self.program, self.stats
-
-        def job():
-            t0 = time.perf_counter()
-            program.run(bufs, scalars)
-            dt = time.perf_counter() - t0
-            stats["execute_s"] += dt
-            metrics.add_time("execute", dt)
+        job = _Job(self.program.start(bufs, scalars), self.stats)
         if config.async_exec:
             ticket = EXEC.submit(job, context, holds=bufs)
             for b in outs:              # donated inputs too: a read waits for this run
                 b.ticket = ticket
         else:
-            job()
+            job.resume()
         ins = bufs[:len(lay.input_slots)]
         return [outs[k] if kind == "new" else ins[k] for kind, k in lay.out_map]
+
+
+class _Job:
+    """A queued run: resumable on another thread (Note [Who runs a program] in
+    runtime/queue.py), timed into the program's stats and the step's execute time."""
+
+    __slots__ = ("run", "stats")
+
+    def __init__(self, run, stats: dict):
+        self.run, self.stats = run, stats
+
+    def pause(self) -> None:
+        self.run.pause()
+
+    def resume(self, unpause: bool = False) -> bool:
+        t0 = time.perf_counter()
+        try:
+            return self.run.resume(unpause)
+        finally:
+            dt = time.perf_counter() - t0
+            self.stats["execute_s"] += dt
+            metrics.add_time("execute", dt)
 
 
 _programs: dict = {}       # graph key -> Compiled

@@ -265,15 +265,50 @@ class Program:
     def run(self, buffers, scalars=()) -> None:
         """Run with the given Buffers (as bufs[i]) and scalars (as doubles).
         cffi releases the GIL for the duration of the C call."""
+        self.start(buffers, scalars).resume()
+
+    def start(self, buffers, scalars=()) -> "Run":
+        """A run of this program, not started: `Run.resume` runs it."""
+        return Run(self._entry, buffers, scalars)
+
+
+PAUSED = -1         # WSE_PAUSED (csrc/wse_prefix.h)
+
+
+class Run:
+    """One run of a program, which can stop between two kernel calls and go on later, on any
+    thread (Note [Who runs a program] in runtime/queue.py). Holds its C arguments."""
+
+    __slots__ = ("_entry", "_bufs", "_sc", "_err", "_next", "_stop", "_keep")
+
+    def __init__(self, entry, buffers, scalars):
+        self._keep = buffers
         ptrs = [b._live_ptr() for b in buffers]
         vals = [float(s) for s in scalars]
+        self._entry = entry
         # Never pass NULL arrays: a program may read bufs[0] unconditionally.
-        bufs = ffi.new("void*[]", ptrs or [ffi.NULL])
-        sc = ffi.new("double[]", vals or [0.0])
-        err = ffi.new("int64_t[4]")
-        rc = lib.wse_program_run(self._entry, bufs, sc, err)
+        self._bufs = ffi.new("void*[]", ptrs or [ffi.NULL])
+        self._sc = ffi.new("double[]", vals or [0.0])
+        self._err = ffi.new("int64_t[4]")
+        self._next = ffi.new("int32_t*", 0)
+        self._stop = ffi.new("int32_t*", 0)
+
+    def pause(self) -> None:
+        """Ask the thread running it to stop before its next kernel call (any thread)."""
+        self._stop[0] = 1
+
+    def resume(self, unpause: bool = False) -> bool:
+        """Run on from where it stopped; True when finished, False when paused (a pause asked
+        before this call counts, unless `unpause`). Raises the program's error."""
+        if unpause:
+            self._stop[0] = 0
+        rc = lib.wse_program_run(self._entry, self._bufs, self._sc, self._err, self._next,
+                                 self._stop)
+        if rc == PAUSED:
+            return False
         if rc != 0:
-            raise _program_error(rc, err)
+            raise _program_error(rc, self._err)
+        return True
 
 
 # Error code -> errinfo list -> the exception to raise, for codes defined by upper layers

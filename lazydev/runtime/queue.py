@@ -23,11 +23,20 @@ import time
 # A program run by the worker thread took 1.5-2x as long as the same program run by the host
 # thread (CNN step: 5.2 vs 2.9 ms; a bare loop of 75 OpenMP regions called through ctypes: 7-11
 # vs 4.3 ms), likely because the worker's OpenMP team is a second one beside the host's (torch's)
-# and libgomp then spins less before sleeping, so every parallel region pays a wake-up. So a host
-# that comes to wait for a job the worker has not started runs it itself (the common case:
-# mark_step, then read the loss), and the worker leaves each job that long to it before taking
-# it (the pipelined case: the host traces the next step meanwhile, and the worker runs it).
+# and libgomp then spins less before sleeping, so every parallel region pays a wake-up. So the
+# host runs what it waits for:
+# - a job the worker has not started, the host takes whole; the worker leaves each job
+#   HOST_GRACE seconds before starting it, so "mark_step(), then read the loss" never splits;
+# - a job the worker is running, the host asks to pause (the program stops between two kernel
+#   calls, csrc/wse_prefix.h) and runs on from the first call not run. Pipelined CNN steps (loss
+#   read a step late): 6.8-7.8 -> 5.3-5.8 ms; MLP unchanged (its kernels are a few long GEMMs).
+# A worker on one thread, leaving the other core to tracing, measured slower in both (MLP 14-15
+# ms: the host then waits for a single-threaded GEMM before it can take over).
+# A job is a callable, run whole, or has `resume(unpause) -> finished` and `pause()`. A paused job
+# nobody takes (its host's wait was interrupted) goes back to the worker after ORPHAN_GRACE, so
+# the queue never stalls with every later step's buffers held.
 HOST_GRACE = 0.0003
+ORPHAN_GRACE = 0.05
 
 
 class Cancelled(RuntimeError):
@@ -47,7 +56,7 @@ class Ticket:
 
 class ExecQueue:
     def __init__(self):
-        self._pending: collections.deque = collections.deque()   # (job, ticket, queued at)
+        self._pending: collections.deque = collections.deque()   # (job, ticket, queued at, paused)
         self._cv = threading.Condition()
         self._running = False           # a job is running (on the worker or a waiting host)
         self._thread = None
@@ -56,6 +65,7 @@ class ExecQueue:
         self._unreported: list = []     # failed/cancelled tickets not yet reported
         self._last = None
         self._inflight: list = []       # tickets submitted, maybe not yet run
+        self._worker_job = None         # the job the worker is running
 
     def references(self, obj) -> int:
         """References to `obj` held for jobs not yet finished: their buffer lists and undo
@@ -78,27 +88,29 @@ class ExecQueue:
             self._thread.start()
         self._last = ticket
         with self._cv:
-            self._pending.append((job, ticket, time.perf_counter()))
+            self._pending.append((job, ticket, time.perf_counter(), False))
             self._cv.notify_all()
         return ticket
 
     def _claim(self, host: bool):
         """Take the oldest job if nothing runs (caller holds the lock): jobs run one at a time,
-        in order. The worker leaves a job HOST_GRACE seconds to a host that may wait for it
-        (Note [Who runs a program]); returns the job, or the seconds to wait before asking
-        again (None: until notified)."""
+        in order. The worker leaves a job HOST_GRACE seconds to a host that may wait for it,
+        and a job paused for the host ORPHAN_GRACE (Note [Who runs a program]); returns (job,
+        ticket, paused), or the seconds to wait before asking again (None: until notified)."""
         if self._running or not self._pending:
             return None
-        job, ticket, queued = self._pending[0]
+        job, ticket, queued, paused = self._pending[0]
         if host and job is None:
             return None                     # the shutdown marker is the worker's
         if not host and job is not None:
-            left = queued + HOST_GRACE - time.perf_counter()
+            left = queued + (ORPHAN_GRACE if paused else HOST_GRACE) - time.perf_counter()
             if left > 0:
                 return left
         self._pending.popleft()
         self._running = True
-        return job, ticket
+        if not host:
+            self._worker_job = job
+        return job, ticket, paused
 
     def _work(self) -> None:
         while True:
@@ -107,30 +119,45 @@ class ExecQueue:
                 while not isinstance(got, tuple):
                     self._cv.wait(got)
                     got = self._claim(host=False)
-            job, ticket = got
+            job, ticket, paused = got
             if job is None:
                 self._finish(ticket)
                 return
-            self._run(job, ticket)
+            self._run(job, ticket, unpause=paused)
             job = ticket = got = None
 
     def _finish(self, ticket: Ticket) -> None:
         ticket.done.set()
         with self._cv:
             self._running = False
+            self._worker_job = None
             self._cv.notify_all()
 
-    def _run(self, job, ticket: Ticket) -> None:
+    def _hand_back(self, job, ticket: Ticket) -> None:
+        """A job paused for the host goes back to the front of the queue, for the host."""
+        with self._cv:
+            self._pending.appendleft((job, ticket, time.perf_counter(), True))
+            self._running = False
+            self._worker_job = None
+            self._cv.notify_all()
+
+    def _run(self, job, ticket: Ticket, unpause: bool) -> None:
         t0 = time.perf_counter()
         if self._failed:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
         else:
             try:
-                job()
+                if hasattr(job, "pause"):
+                    if not job.resume(unpause):
+                        ticket.seconds += time.perf_counter() - t0
+                        self._hand_back(job, ticket)
+                        return
+                else:
+                    job()
             except BaseException as e:   # reported to the host at its next wait
                 ticket.error = e
                 self._failed = True
-        ticket.seconds = time.perf_counter() - t0
+        ticket.seconds += time.perf_counter() - t0
         if ticket.error is not None:
             with self._lock:
                 self._unreported.append(ticket)
@@ -152,10 +179,13 @@ class ExecQueue:
                     return
                 got = self._claim(host=True)
                 if got is None:
+                    worker_job = self._worker_job
+                    if worker_job is not None and hasattr(worker_job, "pause"):
+                        worker_job.pause()      # it comes back to us (_hand_back)
                     self._cv.wait()
                     continue
-            job, ticket = got
-            self._run(job, ticket)
+            job, ticket, _ = got
+            self._run(job, ticket, unpause=True)
             job = ticket = got = None
 
     def wait(self, ticket: Ticket | None = None) -> list:
@@ -178,7 +208,7 @@ class ExecQueue:
             self.wait()
             done = Ticket()
             with self._cv:
-                self._pending.append((None, done, 0.0))
+                self._pending.append((None, done, 0.0, False))
                 self._cv.notify_all()
             done.done.wait()
 
