@@ -32,7 +32,7 @@ import time
 #   read a step late): 6.8-7.8 -> 5.3-5.8 ms; MLP unchanged (its kernels are a few long GEMMs).
 # A worker on one thread, leaving the other core to tracing, measured slower in both (MLP 14-15
 # ms: the host then waits for a single-threaded GEMM before it can take over).
-# A job is a callable, run whole, or has `resume(unpause) -> finished` and `pause()`. A paused job
+# A job has `resume(unpause) -> finished` and `pause()`; a plain callable runs whole. A paused job
 # nobody takes (its host's wait was interrupted) goes back to the worker after ORPHAN_GRACE, so
 # the queue never stalls with every later step's buffers held.
 HOST_GRACE = 0.0003
@@ -52,6 +52,22 @@ class Ticket:
         self.seconds = 0.0
         self.context = context          # what the submitter needs to undo this job on failure
         self.holds = holds              # the buffers the job runs on (until it has run)
+
+
+class _Whole:
+    """A plain callable as a job: it runs whole, so a pause asks nothing of it."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self, unpause: bool = False) -> bool:
+        self.fn()
+        return True
 
 
 class ExecQueue:
@@ -81,6 +97,9 @@ class ExecQueue:
         return n
 
     def submit(self, job, context=None, holds=None) -> Ticket:
+        """Queue `job`: a callable, or a resumable job (Note [Who runs a program])."""
+        if not hasattr(job, "pause"):
+            job = _Whole(job)
         ticket = Ticket(context, holds)
         self._inflight = [t for t in self._inflight if not t.done.is_set()] + [ticket]
         if self._thread is None:
@@ -128,36 +147,33 @@ class ExecQueue:
 
     def _finish(self, ticket: Ticket) -> None:
         ticket.done.set()
-        with self._cv:
-            self._running = False
-            self._worker_job = None
-            self._cv.notify_all()
+        self._release()
 
-    def _hand_back(self, job, ticket: Ticket) -> None:
-        """A job paused for the host goes back to the front of the queue, for the host."""
+    def _release(self, paused=None) -> None:
+        """Let the next job run; `paused` (a paused job and its ticket) goes back to the front
+        of the queue first, for the host that asked for it."""
         with self._cv:
-            self._pending.appendleft((job, ticket, time.perf_counter(), True))
+            if paused is not None:
+                self._pending.appendleft(paused + (time.perf_counter(), True))
             self._running = False
             self._worker_job = None
             self._cv.notify_all()
 
     def _run(self, job, ticket: Ticket, unpause: bool) -> None:
         t0 = time.perf_counter()
+        finished = True
         if self._failed:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
         else:
             try:
-                if hasattr(job, "pause"):
-                    if not job.resume(unpause):
-                        ticket.seconds += time.perf_counter() - t0
-                        self._hand_back(job, ticket)
-                        return
-                else:
-                    job()
+                finished = job.resume(unpause)
             except BaseException as e:   # reported to the host at its next wait
                 ticket.error = e
                 self._failed = True
         ticket.seconds += time.perf_counter() - t0
+        if not finished:
+            self._release((job, ticket))
+            return
         if ticket.error is not None:
             with self._lock:
                 self._unreported.append(ticket)
@@ -171,17 +187,16 @@ class ExecQueue:
         self._finish(ticket)
 
     def _await(self, target: Ticket) -> None:
-        """Block until `target` has run, running queued jobs up to it on this thread when the
-        worker has not started them."""
+        """Block until `target` has run, running the jobs up to it on this thread: those the
+        worker has not started, and the rest of the one it is running once it pauses."""
         while not target.done.is_set():
             with self._cv:
                 if target.done.is_set():
                     return
                 got = self._claim(host=True)
                 if got is None:
-                    worker_job = self._worker_job
-                    if worker_job is not None and hasattr(worker_job, "pause"):
-                        worker_job.pause()      # it comes back to us (_hand_back)
+                    if self._worker_job is not None:
+                        self._worker_job.pause()    # it comes back to us (_release)
                     self._cv.wait()
                     continue
             job, ticket, _ = got
