@@ -1,0 +1,52 @@
+"""benchmarks/kernel_profile.py rewrites generated programs: its timers must see every kernel call
+and change no result (and it must notice when the generated entry point changes shape)."""
+import importlib.util
+import json
+import pathlib
+
+import pytest
+import torch
+from cffi import FFI
+
+import lazydev
+from lazydev.runtime import Program
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _profiler():
+    spec = importlib.util.spec_from_file_location("kernel_profile",
+                                                  ROOT / "benchmarks" / "kernel_profile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_kernel_profiler_times_every_call_and_changes_no_result(tmp_path):
+    kp = _profiler()
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+    y = torch.relu(x.to("wse") @ w.to("wse")).sum(0)
+    lazydev.mark_step()
+    expected = torch.relu(x @ w).sum(0)
+    torch.testing.assert_close(y.cpu(), expected)
+    lazydev.debug.dump(str(tmp_path))
+    layout = json.loads((tmp_path / "layout.json").read_text())
+    src = (tmp_path / "program.c").read_text()
+    ids, heads, flops = kp.calls_of(src)
+    assert len(ids) >= 2 and sum(flops.values()) == 2 * 64 * 32 * 16
+    assert any(h.startswith("MATMUL float32[64, 16]") for h in heads.values())
+    (tmp_path / "timed.c").write_text(kp.instrument(src, len(ids)))
+    timed = kp.build(str(tmp_path), layout["command"], "timed")
+    bufs = kp.bind(str(tmp_path), layout)
+    Program(timed).run(bufs, layout["scalars"])
+    out = bufs[len(layout["input_slots"])].to_tensor(torch.float32, (16,))
+    assert torch.equal(out, y.cpu())        # the same C code on the same inputs: bit for bit
+    ffi = FFI()
+    ffi.cdef(f"extern double wse_prof[{len(ids)}];")
+    timers = ffi.dlopen(timed).wse_prof
+    assert all(timers[c] > 0 for c in range(len(ids)))
+
+
+def test_the_kernel_profiler_refuses_an_entry_point_it_does_not_know():
+    with pytest.raises(SystemExit, match="entry point changed shape"):
+        _profiler().instrument("int wse_entry(void) { return 0; }", 1)
