@@ -101,8 +101,9 @@ def calls_of(src: str) -> tuple[list, dict, dict]:
     return ids, heads, flops
 
 
-def report(console, src: str, per_call: list, walls: list, top: int) -> None:
-    ids, heads, flops = calls_of(src)
+def report(console, calls: tuple, per_call: list, walls: list, top: int) -> None:
+    """`calls`: calls_of(program source)."""
+    ids, heads, flops = calls
     total = sum(per_call)
     table = Table(title=f"kernel calls (top {top} of {len(ids)})")
     for col in ("call", "kernel", "µs", "share", "GFLOP/s", "node"):
@@ -153,7 +154,8 @@ def main(argv=None) -> None:
     dump_step(a.workload, a.steps, directory)
     layout = json.load(open(os.path.join(directory, "layout.json")))
     src = open(os.path.join(directory, "program.c")).read()
-    n_calls = len(calls_of(src)[0])
+    calls = calls_of(src)
+    n_calls = len(calls[0])
     open(os.path.join(directory, "timed.c"), "w").write(instrument(src, n_calls))
     timed = build(directory, layout["command"], "timed")
     bufs, scalars = bind(directory, layout), layout["scalars"]
@@ -167,7 +169,7 @@ def main(argv=None) -> None:
     walls = timed_runs(program, bufs, scalars, a.reps)
     per_call = [lib.wse_prof[c] / (a.reps + 3) for c in range(n_calls)]   # 3 warm-up runs
     console.print(f"[bold]{a.workload}[/]: step program in {directory}")
-    report(console, src, per_call, walls, a.top)
+    report(console, calls, per_call, walls, a.top)
     if a.thread:
         plain = Program(build(directory, layout["command"], "program"))     # no timers
         for where, runs in (("main thread", timed_runs(plain, bufs, scalars, a.reps)),

@@ -22,9 +22,12 @@ import time
 # Note [Who runs a program]
 # A program run by the worker thread took 1.5-2x as long as the same program run by the host
 # thread (CNN step: 5.2 vs 2.9 ms; a bare loop of 75 OpenMP regions called through ctypes: 7-11
-# vs 4.3 ms), likely because the worker's OpenMP team is a second one beside the host's (torch's)
-# and libgomp then spins less before sleeping, so every parallel region pays a wake-up. So the
-# host runs what it waits for:
+# vs 4.3 ms). Not because of the thread itself: beside an idle main thread the MLP's program
+# takes the same time on either (8.8 ms, `benchmarks/kernel_profile.py --thread`). Beside a main
+# thread running Python it takes 20.8 ms: the worker's OpenMP team shares a core with the
+# tracing thread, and a thread woken while the host runs Python waits up to the interpreter's
+# switch interval (5 ms) for the GIL before it can start or finish a job. So the host runs what
+# it waits for:
 # - a job the worker has not started, the host takes whole; the worker leaves each job
 #   HOST_GRACE seconds before starting it, so "mark_step(), then read the loss" never splits;
 # - a job the worker is running, the host asks to pause (the program stops between two kernel
