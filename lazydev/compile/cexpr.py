@@ -12,7 +12,10 @@ from ..trace.ir import Op
 STORE_TYPE = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t",
     torch.bfloat16: "uint16_t", torch.int64: "int64_t", torch.int32: "int32_t",
-    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t",
+    # Bools are stored as bytes and computed as bool: gcc 12 does not vectorise a loop that
+    # loads a _Bool array (a causal mask made softmax's exp loop scalar, 4x slower).
+    torch.bool: "uint8_t",
 }
 SUPPORTED = frozenset(STORE_TYPE)
 HALF = {torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -20,6 +23,8 @@ HALF = {torch.float16: "f16", torch.bfloat16: "bf16"}
 
 def vtype(dtype: torch.dtype) -> str:
     """The C type values of `dtype` are computed in."""
+    if dtype is torch.bool:
+        return "bool"
     return "float" if dtype in HALF else STORE_TYPE[dtype]
 
 
