@@ -1,12 +1,16 @@
 /* wse_kernels.c -- library kernels reachable from generated code via wse_lib_t:
- * batched GEMM (OpenBLAS, dlopen'ed by wse_runtime.c) and conv2d forward /
+ * batched GEMM (a BLAS dlopen'ed by wse_runtime.c) and conv2d forward /
  * backward-input / backward-weight lowered to im2col / col2im + sgemm.
  *
- * Threading policy: OpenMP only.  OpenBLAS is switched to one thread at load
- * time (wse_runtime.c) because its pthread pool and libgomp's team both
- * busy-wait after each call; mixing them on few cores measured 3-20x slower
- * convs.  So we parallelise ourselves: over the batch / images when there are
- * enough of them, otherwise by splitting each GEMM into row or column tiles.
+ * Threading policy: OpenMP only, one team.  The preferred GEMM is torch's MKL
+ * (the "team BLAS"): it is built against the same libgomp as the generated
+ * kernels, so a GEMM called outside a parallel region forks the kernels' own
+ * team, with no second pool of threads.  It ran the MLP's GEMMs at 240-300
+ * GFLOP/s against 190-260 for the fallback below.  The fallback, OpenBLAS, is
+ * switched to one thread at load time because its pthread pool and libgomp's
+ * team both busy-wait after each call (3-20x slower convs when mixed); with it
+ * we split each GEMM into row or column tiles ourselves.  Either way a batch
+ * of GEMMs is spread over the team when it can feed every thread.
  */
 #include "wse_runtime.h"
 
@@ -26,10 +30,17 @@
 
 static wse_sgemm_fn g_sgemm = NULL;
 static wse_dgemm_fn g_dgemm = NULL;
+static wse_fsgemm_fn g_fsgemm = NULL;
+static wse_fdgemm_fn g_fdgemm = NULL;
 
 void wse_kernels_set_blas(wse_sgemm_fn sgemm, wse_dgemm_fn dgemm) {
   g_sgemm = sgemm;
   g_dgemm = dgemm;
+}
+
+void wse_kernels_set_team_blas(wse_fsgemm_fn sgemm, wse_fdgemm_fn dgemm) {
+  g_fsgemm = sgemm;
+  g_fdgemm = dgemm;
 }
 
 static int max_threads(void) {
@@ -97,6 +108,7 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
   int64_t work = batch * M * N * (K > 0 ? K : 1);
   int nt = (work >= WSE_GEMM_MIN_WORK && can_fork(work)) ? max_threads() : 1;
   if (nt <= 1) return t;
+  if (batch < nt && g_fsgemm) return t;   /* the team BLAS forks the team itself */
   if (batch < nt) {
     int64_t need = (nt + batch - 1) / batch;
     if (M >= N) t.mp = need < M ? need : M;
@@ -110,7 +122,7 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
 /* One templated body for f32/f64: reference loop (no BLAS, huge or odd
    strides) and the batched driver.  beta == 0 means C is write-only, as in
    BLAS, so NaN garbage in uninitialised outputs never leaks through. */
-#define WSE_DEFINE_GEMM(SUF, T, BLASFN)                                                    \
+#define WSE_DEFINE_GEMM(SUF, T, BLASFN, FBLASFN)                                           \
   static void gemm_ref_##SUF(int ta, int tb, int64_t M, int64_t N, int64_t K, T alpha,     \
                              const T* A, int64_t lda, const T* B, int64_t ldb, T beta,     \
                              T* C, int64_t ldc) {                                          \
@@ -126,12 +138,28 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
   static void gemm_one_##SUF(int ta, int tb, int64_t M, int64_t N, int64_t K, T alpha,     \
                              const T* A, int64_t lda, const T* B, int64_t ldb, T beta,     \
                              T* C, int64_t ldc) {                                          \
-    if (BLASFN && K > 0 && blas_ok(M, N, K, lda, ldb, ldc, ta, tb))                        \
+    if (FBLASFN && K > 0 && blas_ok(M, N, K, lda, ldb, ldc, ta, tb)) {                     \
+      /* Column-major BLAS: C^T = op(B)^T op(A)^T. */                                      \
+      const char tA = ta ? 'T' : 'N', tB = tb ? 'T' : 'N';                                  \
+      const int m = (int)N, n = (int)M, k = (int)K, la = (int)lda, lb = (int)ldb, lc = (int)ldc; \
+      FBLASFN(&tB, &tA, &m, &n, &k, &alpha, B, &lb, A, &la, &beta, C, &lc);                 \
+    } else if (BLASFN && K > 0 && blas_ok(M, N, K, lda, ldb, ldc, ta, tb))                 \
       BLASFN(CBLAS_ROW_MAJOR, ta ? CBLAS_TRANS : CBLAS_NO_TRANS,                           \
              tb ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, alpha, A, (int)lda, \
              B, (int)ldb, beta, C, (int)ldc);                                              \
     else                                                                                   \
       gemm_ref_##SUF(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                \
+  }                                                                                        \
+  static void gemm_tile_##SUF(const gemm_tiles_t* tl, int64_t t, int ta, int tb, int64_t M, \
+                              int64_t N, int64_t K, T alpha, const T* A, int64_t lda,      \
+                              int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta,     \
+                              T* C, int64_t ldc, int64_t sc) {                             \
+    int64_t b = t / (tl->mp * tl->np), im = t / tl->np % tl->mp, jn = t % tl->np;          \
+    int64_t i0 = M * im / tl->mp, i1 = M * (im + 1) / tl->mp;                              \
+    int64_t j0 = N * jn / tl->np, j1 = N * (jn + 1) / tl->np;                              \
+    gemm_one_##SUF(ta, tb, i1 - i0, j1 - j0, K, alpha, A + b * sa + (ta ? i0 : i0 * lda),  \
+                   lda, B + b * sb + (tb ? j0 * ldb : j0), ldb, beta,                      \
+                   C + b * sc + i0 * ldc + j0, ldc);                                       \
   }                                                                                        \
   static void gemm_##SUF(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,   \
                          T alpha, const T* A, int64_t lda, int64_t sa, const T* B,         \
@@ -141,19 +169,22 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
     ldb = fix_ld(ldb, tb ? N : K, tb ? K : N);                                             \
     ldc = fix_ld(ldc, M, N);                                                               \
     gemm_tiles_t tl = plan_gemm(batch, M, N, K);                                           \
-    _Pragma("omp parallel for schedule(static) if (tl.fork)")                              \
-    for (int64_t t = 0; t < tl.count; t++) {                                               \
-      int64_t b = t / (tl.mp * tl.np), im = t / tl.np % tl.mp, jn = t % tl.np;             \
-      int64_t i0 = M * im / tl.mp, i1 = M * (im + 1) / tl.mp;                              \
-      int64_t j0 = N * jn / tl.np, j1 = N * (jn + 1) / tl.np;                              \
-      gemm_one_##SUF(ta, tb, i1 - i0, j1 - j0, K, alpha, A + b * sa + (ta ? i0 : i0 * lda), \
-                     lda, B + b * sb + (tb ? j0 * ldb : j0), ldb, beta,                    \
-                     C + b * sc + i0 * ldc + j0, ldc);                                     \
+    /* No inactive `parallel if (0)` region around unforked calls: a threaded BLAS called   \
+       inside one starts a nested team each time (MKL ran 3-5x slower). */                 \
+    if (!tl.fork) {                                                                        \
+      for (int64_t t = 0; t < tl.count; t++)                                               \
+        gemm_tile_##SUF(&tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,  \
+                        ldc, sc);                                                          \
+      return;                                                                              \
     }                                                                                      \
+    _Pragma("omp parallel for schedule(static)")                                           \
+    for (int64_t t = 0; t < tl.count; t++)                                                 \
+      gemm_tile_##SUF(&tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, \
+                      sc);                                                                 \
   }
 
-WSE_DEFINE_GEMM(f32, float, g_sgemm)
-WSE_DEFINE_GEMM(f64, double, g_dgemm)
+WSE_DEFINE_GEMM(f32, float, g_sgemm, g_fsgemm)
+WSE_DEFINE_GEMM(f64, double, g_dgemm, g_fdgemm)
 
 /* Thin wrapper so the conv code reads like BLAS calls. */
 static void sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -260,6 +260,18 @@ int wse_blas_load(const char* path) {
   return 0;
 }
 
+int wse_team_blas_load(const char* path) {
+  /* Only a library already in the process (RTLD_NOLOAD): torch's MKL, whose threads are
+     the same libgomp team as the generated kernels' (see wse_kernels.c). */
+  void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  if (!h) return 1;
+  void* s = dlsym(h, "sgemm_");
+  void* d = dlsym(h, "dgemm_");
+  if (!s || !d) return 2;
+  wse_kernels_set_team_blas((wse_fsgemm_fn)s, (wse_fdgemm_fn)d);
+  return 0;
+}
+
 /* ---- start-up --------------------------------------------------------------- */
 
 /* Device initialisation: start the OpenMP thread pool and let OpenBLAS allocate its buffers

@@ -39,6 +39,9 @@ int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
 /* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol
    missing.  Without it the GEMM kernels fall back to a slow reference loop. */
 int   wse_blas_load(const char* path);
+/* Use the Fortran sgemm_/dgemm_ of a library already loaded in the process (torch's MKL)
+   for GEMM: 0 ok, 1 not loaded, 2 symbol missing.  LAPACK stays with OpenBLAS. */
+int   wse_team_blas_load(const char* path);
 void  wse_warmup(void);                 /* start the OpenMP pool and OpenBLAS buffers */
 const char* wse_prefix_source(void);  /* defined by the cffi build (_build.py) */
 
@@ -50,6 +53,16 @@ typedef void (*wse_dgemm_fn)(int order, int ta, int tb, int M, int N, int K,
                              double alpha, const double* A, int lda,
                              const double* B, int ldb, double beta, double* C, int ldc);
 void wse_kernels_set_blas(wse_sgemm_fn sgemm, wse_dgemm_fn dgemm);
+/* Fortran-interface (column-major) GEMMs of a BLAS threaded by this process's OpenMP runtime. */
+typedef void (*wse_fsgemm_fn)(const char* ta, const char* tb, const int* m, const int* n,
+                              const int* k, const float* alpha, const float* a, const int* lda,
+                              const float* b, const int* ldb, const float* beta, float* c,
+                              const int* ldc);
+typedef void (*wse_fdgemm_fn)(const char* ta, const char* tb, const int* m, const int* n,
+                              const int* k, const double* alpha, const double* a,
+                              const int* lda, const double* b, const int* ldb,
+                              const double* beta, double* c, const int* ldc);
+void wse_kernels_set_team_blas(wse_fsgemm_fn sgemm, wse_fdgemm_fn dgemm);
 int wse_linalg_load(void* handle);   /* wse_linalg.c: 0 ok, 1 a LAPACK symbol is missing */
 int wse_linalg(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
 extern const wse_lib_t wse_kernels_lib;

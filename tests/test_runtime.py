@@ -311,6 +311,25 @@ def test_gemm_alpha_beta_broadcast_and_degenerate(gemm_prog, dtype):
     torch.testing.assert_close(got, want, **tol)
 
 
+def test_gemm_runs_on_torchs_mkl_and_on_openblas_when_asked():
+    """GEMMs go to torch's MKL when torch ships one (its threads are the kernels' OpenMP team);
+    LAZYDEV_BLAS=openblas keeps OpenBLAS split into tiles, which the GEMM tests check in a child
+    process."""
+    if torch.backends.mkl.is_available():
+        assert rt.gemm_library_path.endswith("libtorch_cpu.so")
+    env = dict(os.environ, LAZYDEV_BLAS="openblas")
+    check = ("import lazydev.runtime as rt; "
+             "assert rt.gemm_library_path == rt.blas_library_path, rt.gemm_library_path")
+    res = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          f"{__file__}::test_gemm_transposes",
+                          f"{__file__}::test_gemm_alpha_beta_broadcast_and_degenerate"],
+                         env=env, capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "10 passed" in res.stdout, res.stdout[-500:]
+
+
 # ----------------------------------------------------------------- conv2d
 
 CONV_C = r"""

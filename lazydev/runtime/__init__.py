@@ -9,6 +9,7 @@ from .device import (
     DeviceOutOfMemoryError,
     Program,
     blas_library_path,
+    gemm_library_path,
     empty_cache,
     memory_stats,
     prefix_source,
@@ -18,6 +19,7 @@ from .device import (
 )
 
 __all__ = [
-    "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "empty_cache", "memory_stats",
+    "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "empty_cache",
+    "gemm_library_path", "memory_stats",
     "prefix_source", "reset_peak", "set_capacity", "special_source",
 ]

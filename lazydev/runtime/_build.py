@@ -6,7 +6,8 @@ while a top-level name is still found in site-packages.
 
 OpenBLAS is deliberately not linked here: pip builds in an isolated env, so a
 link-time path/rpath into it would dangle after install.  The runtime dlopen()s
-it instead (`wse_blas_load`), with the path found by lazydev.runtime.device.
+it instead (`wse_blas_load`), with the path found by lazydev.runtime.device, and takes GEMM from
+torch's MKL when torch already loaded one (`wse_team_blas_load`).
 """
 
 import os
@@ -34,6 +35,7 @@ void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
 int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo,
                         int32_t* next, const int32_t* stop);
 int     wse_blas_load(const char* path);
+int     wse_team_blas_load(const char* path);
 const char* wse_prefix_source(void);
 const char* wse_special_source(void);
 void    wse_warmup(void);

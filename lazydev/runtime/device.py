@@ -25,7 +25,7 @@ lib = _lazydev_wse.lib
 
 __all__ = [
     "DeviceOutOfMemoryError", "Buffer", "Program", "empty_cache", "memory_stats", "set_capacity",
-    "reset_peak", "prefix_source", "special_source", "blas_library_path",
+    "reset_peak", "prefix_source", "special_source", "blas_library_path", "gemm_library_path",
 ]
 
 _ERRBUF_LEN = 4096
@@ -53,7 +53,19 @@ def _load_blas() -> str:
     return path
 
 
+def _load_gemm() -> str:
+    """Which library runs GEMMs: torch's own MKL when this torch build has one (its threads are
+    the generated kernels' OpenMP team, csrc/wse_kernels.c), else OpenBLAS.
+    `LAZYDEV_BLAS=openblas` keeps OpenBLAS, to compare the two."""
+    if os.environ.get("LAZYDEV_BLAS", "") != "openblas":
+        torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+        if lib.wse_team_blas_load(os.fsencode(torch_cpu)) == 0:
+            return torch_cpu
+    return blas_library_path
+
+
 blas_library_path = _load_blas()
+gemm_library_path = _load_gemm()
 lib.wse_warmup()    # device initialisation: thread pool and BLAS buffers, before any step
 
 
