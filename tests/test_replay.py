@@ -159,3 +159,50 @@ def test_a_foreach_scalar_argument_is_one_runtime_scalar_for_all_elements():
     assert _trace_scalars() == len(wps)
     lazydev.mark_step()
 
+
+
+def test_a_large_lowering_is_recorded_as_calls_and_expanded_on_a_miss():
+    """Note [Macro nodes]: layer norm's plan records one CALL node per output (not its dozen and
+    more nodes), the graph expands them when it compiles, and the values match the CPU."""
+    from lazydev.trace import macro
+    from lazydev.trace.ir import Op, toposort
+    from lazydev.tensor.wse_tensor import value
+    x, w, b = torch.randn(6, 40), torch.randn(40), torch.randn(40)
+    wx, ww, wb = (t.to("wse") for t in (x, w, b))
+    lazydev.mark_step()
+    for eps in (1e-5, 1e-3):        # eps is a runtime scalar: one program for both
+        out, mean, rstd = aten.native_layer_norm(wx, [40], ww, wb, eps)
+        nodes = [value(t) for t in (out, mean, rstd)]
+        assert [n.op for n in nodes] == [Op.CALL] * 3
+        assert len({n.src for n in nodes}) == 1           # one call, three outputs
+        expanded = macro.expand_calls(nodes)
+        assert all(e.op is not Op.CALL for e in expanded)
+        # one shared expansion: the normalised output reads the very mean and rstd nodes
+        reached = {id(m) for m in toposort([expanded[0]])}
+        assert id(expanded[1]) in reached and id(expanded[2]) in reached
+        want = aten.native_layer_norm(x, [40], w, b, eps)
+        for got, ref in zip((out, mean, rstd), want):
+            assert_same(got.cpu(), ref)
+    progs = lazydev.metrics.counters()["compilations"]
+    out, mean, rstd = aten.native_layer_norm(wx, [40], ww, wb, 1e-4)
+    assert_same(out.cpu(), aten.native_layer_norm(x, [40], w, b, 1e-4)[0])
+    assert lazydev.metrics.counters()["compilations"] == progs
+
+
+def test_expanding_calls_gives_the_nodes_a_replay_would_make():
+    """The expansion of a CALL is structurally the graph the plan's replay builds (equal keys)."""
+    from lazydev.trace import macro
+    from lazydev.trace.ir import Node, Op
+    x = Node(Op.DATA, torch.float32, (4, 8), (), 0)
+    y = Node(Op.DATA, torch.float32, (4, 8), (), 1)
+    s = Node(Op.SCALAR, torch.float32, (), (), 0)
+    recipes = [(Op.MUL, torch.float32, (4, 8), (0, 1), None),
+               (Op.SCALAR, torch.float32, (), None, ("arg", 0)),
+               (Op.ADD, torch.float32, (4, 8), (2, 3), None),
+               (Op.EXP, torch.float32, (4, 8), (4,), None)]
+    m = macro.Macro([], recipes, (4, 2), 2)
+    direct = m.apply([x, y], [s])
+    calls = m.call([x, y], [s])
+    assert [c.op for c in calls] == [Op.CALL, Op.CALL]
+    expanded = macro.expand_calls([Node(Op.NEG, torch.float32, (4, 8), (calls[0],)), calls[1]])
+    assert expanded[0].src[0].key == direct[0].key and expanded[1].key == direct[1].key

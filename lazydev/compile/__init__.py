@@ -11,6 +11,7 @@ from ..config import config
 from ..runtime import Buffer, Program, prefix_source, special_source
 from ..runtime.queue import EXEC
 from ..trace.ir import Node, Op
+from ..trace.macro import expand_calls
 from . import cache, passes
 from .cexpr import CodegenUnsupported
 from .program import Layout, generate
@@ -122,7 +123,8 @@ def _count_structure(order: list[Node], info: dict) -> None:
 
 def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:
     """Pipeline on a miss. Returns the compiled program and whether gcc ran."""
-    outs = passes.canonicalise(outputs)        # fold movement, CSE
+    outs = expand_calls(outputs)               # macros recorded as CALL nodes -> their nodes
+    outs = passes.canonicalise(outs)           # fold movement, CSE
     order, realized = passes.schedule(outs)    # choose buffers; the rest fuses inline
     passes.check(order, "schedule")
     _count_structure(order, info)              # recompile reasons and limits

@@ -19,14 +19,13 @@ any error) makes the signature "not replayable", and the op is recorded the gene
 """
 from __future__ import annotations
 
-from operator import itemgetter
-
 import torch
 
 from .. import metrics
 from ..trace import state
 from ..trace.build import cast, scalar
-from ..trace.ir import Node, Op, local_key, toposort
+from ..trace.ir import Node, Op, toposort
+from ..trace.macro import MACRO_MIN, Macro
 from ..trace.lower import LOWERINGS
 from ..trace.meta import _VALUE_SENSITIVE, infer, involves_complex
 from .wse_tensor import WseTensor, from_node, value, write
@@ -45,48 +44,37 @@ class _NotReplayable(Exception):
     pass
 
 
-def _no_sources(vals) -> tuple:
-    return ()
-
-
-def _step(op, dtype, shape, refs, arg) -> tuple:
-    """What Plan.run needs of a recipe, precomputed: its sources as one C-level itemgetter call
-    (`one`: the getter returns the single source itself) and the node's local key."""
-    if refs is None:                # a runtime scalar
-        return op, dtype, shape, None, False, arg, None
-    get = itemgetter(*refs) if refs else _no_sources
-    return op, dtype, shape, get, len(refs) == 1, arg, local_key(op, dtype, shape, arg)
-
-
 class Plan:
-    """Recipes (op, dtype, shape, source refs, arg) in topological order. A ref indexes the
-    value list `inputs + consts + recipe results`; a SCALAR recipe has refs None and arg
-    ("arg", j) for the j-th float argument or ("const", v)."""
+    """An op's lowering for one signature: its Macro (trace/macro.py) and, per SCALAR recipe in
+    order, where the scalar comes from: ("arg", j) for the j-th float argument, ("const", v)."""
 
-    __slots__ = ("consts", "recipes", "out", "_steps")
+    __slots__ = ("macro", "consts", "recipes", "out", "_scalars", "_as_calls")
 
-    def __init__(self, consts, recipes, out):
+    def __init__(self, consts, recipes, out, n_inputs: int):
+        self.macro = Macro(consts, recipes, out, n_inputs)
         self.consts, self.recipes, self.out = consts, recipes, out
-        self._steps = [_step(*r) for r in recipes]
+        self._scalars = [(r[4], r[1]) for r in recipes if r[3] is None]
+        self._as_calls = self.macro.n_nodes >= MACRO_MIN     # Note [Macro nodes]
 
-    def run(self, inputs: list, floats: list):
-        vals = inputs + self.consts
+    def _scalar_nodes(self, floats: list) -> list:
+        if not self._scalars:
+            return self._scalars
         tr = state.current()
-        make = Node.make
-        for op, dtype, shape, get, one, arg, local in self._steps:
-            if get is not None:
-                vals.append(make(op, dtype, shape, (get(vals),) if one else get(vals), arg, local))
-                continue
-            kind, v = arg                           # a runtime scalar
+        nodes = []
+        for (kind, v), dtype in self._scalars:
             if kind == "arg" and tr.shared_scalars is not None:
-                vals.append(_shared_scalar(tr, floats[v], dtype))
+                nodes.append(_shared_scalar(tr, floats[v], dtype))
                 continue
             tr.scalars.append(floats[v] if kind == "arg" else v)
-            vals.append(Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1))
-        out = self.out
-        if type(out) is int:
-            return vals[out]
-        return tuple([None if i is None else vals[i] for i in out])
+            nodes.append(Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1))
+        return nodes
+
+    def run(self, inputs: list, floats: list):
+        """The plan's output node(s) on `inputs` (value nodes of the call's wse tensors)."""
+        scalars = self._scalar_nodes(floats)
+        if self._as_calls:
+            return self.macro.call(inputs, scalars)
+        return self.macro.apply(inputs, scalars)
 
 
 # Note [Shared scalars]
@@ -263,7 +251,7 @@ def build(lowered, fn, args, kwargs, n_inputs: int) -> Plan:
     if forms[0][3] != forms[1][3]:
         raise _NotReplayable        # the graph depends on a float argument's value
     consts, recipes, out_refs, _ = forms[0]
-    return Plan(consts, recipes, out_refs)
+    return Plan(consts, recipes, out_refs, n_inputs)
 
 
 # ---- entry points (called by the handlers in tensor/dispatch.py) ------------------------------

@@ -24,6 +24,9 @@ class Op(IntEnum):
     CONST = 3       # arg = a Python int/bool/float fixed at compile time
     INDEX = 4       # arg = dim; the coordinate along `dim` of the output position (int64)
     PLACEHOLDER = 5  # arg = argument index; only inside replay plans (tensor/replay.py)
+    # macro
+    CALL = 8        # arg = (Macro, output index); src = the call's inputs, then its scalars;
+                    # expanded before the compiler's passes (trace/macro.py, Note [Macro nodes])
     # elementwise unary
     NEG = 10; ABS = 11; EXP = 12; LOG = 13; SQRT = 14; RSQRT = 15; SIN = 16; COS = 17
     TANH = 18; SIGMOID = 19; ERF = 20; FLOOR = 21; CEIL = 22; ROUND = 23; TRUNC = 24
