@@ -269,3 +269,29 @@ def test_a_cheap_value_read_by_a_row_loop_and_its_row_reductions_is_computed_twi
         with torch.no_grad():
             assert_same(f(x.to("wse")), f(x))
         assert _kernels("\n".join(last_compiled["units"])) == kernels
+
+
+def test_a_cheap_value_of_one_stored_value_is_recomputed_by_each_reader():
+    # Note [Recomputed values]: a matmul plus its bias, read by a reduction and two elementwise
+    # outputs, is not stored; a value reading two stored values of its size (or making a math
+    # call) is.
+    g = torch.Generator().manual_seed(0)
+    a, w, b = torch.randn(16, 24, generator=g), torch.randn(24, 32, generator=g), \
+        torch.randn(32, generator=g)
+
+    def bias_readers(x, y, c):
+        h = x @ y + c
+        return h.relu(), h.sum(0), h * 2
+    def two_loads(x, y, c):
+        h = x @ y + x @ (y * 2)
+        return h.relu(), h.sum(0)
+    def math_call(x, y, c):
+        h = (x @ y + c).exp()
+        return h.relu(), h.sum(0)
+    cases = ((bias_readers, None), (two_loads, "ADD"), (math_call, "EXP"))
+    for f, stored in cases:
+        with torch.no_grad():
+            assert_same(f(a.to("wse"), w.to("wse"), b.to("wse")), f(a, w, b))
+        ops = _kernels("\n".join(last_compiled["units"]))
+        assert ("ADD" in ops or "EXP" in ops) == (stored is not None), ops
+        assert stored is None or stored in ops, ops

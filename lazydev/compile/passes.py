@@ -155,7 +155,8 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
             # product would be contracted into the sum (an fma) by the C compiler.
             realized.add(id(_producer(n.src[0])))
     for n in order:
-        if uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT:
+        if (uses.get(id(n), 0) > 1 and not _cheap(n, realized) and n.op not in MOVEMENT
+                and not _recomputed(n, realized)):
             realized.add(id(n))               # shared by several consumers: compute it once
     users, outs = _users(order), {id(o) for o in outputs}
     realized -= _shared_in_one_loop(order, users, realized, outs)
@@ -167,6 +168,40 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
         if n.op is Op.DATA:
             realized.discard(id(n))
     return order, realized
+
+
+# Note [Recomputed values]
+# A value made by a few arithmetic ops from one stored value of its size, plus broadcasts and
+# scalars (a convolution plus its bias, x - mean, y * rstd), costs each reader one load per
+# element inline, as much as reading it back from a buffer would. Stored, it would add a kernel
+# and a pass writing it. So it is computed inline by every reader, however many.
+RECOMPUTE_OPS = 4       # elementwise ops an inline value may take to be recomputed per reader
+
+
+def _recomputed(n: Node, realized: set) -> bool:
+    """Whether n is cheap enough to compute in each of its readers (Note [Recomputed values]):
+    at most RECOMPUTE_OPS elementwise ops without math calls, over at most one stored value of
+    n's size; broadcasts, reshapes, casts, scalars and constants free."""
+    if n.op not in ELEMENTWISE:
+        return False
+    ops, loads, stack, seen = 0, 0, [n], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in realized or m.op in LEAF:
+            if m.numel == n.numel and (m.op is Op.DATA or id(m) in realized):
+                loads += 1
+            continue
+        if m.op in ELEMENTWISE:
+            ops += 1
+            if m.op in MATH_CALLS and m.dtype.is_floating_point:
+                return False
+        elif m.op not in (Op.EXPAND, Op.RESHAPE):
+            return False
+        for s in m.src:
+            if id(s) not in seen:
+                seen.add(id(s))
+                stack.append(s)
+    return ops <= RECOMPUTE_OPS and loads <= 1
 
 
 def _users(order: list[Node]) -> dict:
