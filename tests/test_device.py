@@ -151,3 +151,18 @@ def test_sparse_tensors_are_host_resident_and_run_through_the_fallback():
     torch.testing.assert_close(dense.to("wse").to_sparse().cpu(), coo)
     torch.testing.assert_close((coo.to("wse") @ dense.to("wse")).cpu(), coo @ dense)
     assert counters()["fallbacks"] == {"aten._to_sparse.default": 1, "aten.mm.default": 1}
+
+
+def test_detach_and_alias_share_the_storage_and_keep_the_view():
+    x = torch.randn(6, 8)
+    w = x.to("wse")
+    for make in (lambda t: t.detach(), lambda t: torch.ops.aten.alias(t)):
+        view = make(w.t()[1:5])                      # a strided view of a view
+        assert view.shape == (4, 6) and view.stride() == (1, 8) and view.storage_offset() == 1
+        view.mul_(2)                                 # writes through to w
+        x.t()[1:5].mul_(2)
+        assert_same(w.cpu(), x)
+        assert_same(view.cpu(), x.t()[1:5])
+    p = torch.nn.Parameter(torch.randn(3).to("wse"))
+    d = p.detach()
+    assert not d.requires_grad and p.requires_grad

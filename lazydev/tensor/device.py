@@ -63,19 +63,30 @@ def _numel(size) -> int:
     return n
 
 
+_ZEROS: dict = {}      # (dtype, numel) -> the zero-fill node (trace-independent: constants only)
+
+
+def _zero_fill(dtype, numel: int):
+    node = _ZEROS.get((dtype, numel))
+    if node is None:
+        if len(_ZEROS) >= 4096:
+            _ZEROS.clear()
+        node = _ZEROS[(dtype, numel)] = build.full(0, dtype, (numel,))
+    return node
+
+
 def empty_tensor(size, dtype):
     """A new tensor. Its contents are unspecified in PyTorch; here they are lazily zero, so an
-    uninitialised read is deterministic and costs nothing until something reads it."""
+    uninitialised read is deterministic and costs nothing until something reads it. Every
+    upload (`x.to("wse")`) makes one first, so its zero node is made once per size."""
     dtype = dtype or torch.get_default_dtype()
     size = tuple(size)
     numel = _numel(size)
     from .wse_tensor import WseTensor   # after register(): it names the "wse" device
     if dtype.is_complex:                  # real pairs (Note [Complex storage])
         real = dtype.to_real()
-        return WseTensor(Storage(2 * numel, real, node=build.full(0, real, (2 * numel,))), size,
-                         dtype=dtype)
-    storage = Storage(numel, dtype, node=build.full(0, dtype, (numel,)))
-    return WseTensor(storage, size)
+        return WseTensor(Storage(2 * numel, real, node=_zero_fill(real, 2 * numel)), size, dtype=dtype)
+    return WseTensor.fresh(Storage(numel, dtype, node=_zero_fill(dtype, numel)), size)
 
 
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
