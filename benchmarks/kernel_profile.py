@@ -114,12 +114,29 @@ def report(console, calls: tuple, per_call: list, walls: list, top: int) -> None
         table.add_row(str(c), f"k{k}", f"{t * 1e6:.1f}", f"{t / total:.0%}", rate,
                       heads.get(k, ""))
     console.print(table)
+    console.print(by_op(ids, heads, per_call))
     gemm_t = sum(t for c, t in enumerate(per_call) if flops[ids[c]])
     gemm_f = sum(flops[ids[c]] for c in range(len(ids)))
     console.print(f"program wall: median {statistics.median(walls) * 1e3:.2f} ms, min "
                   f"{min(walls) * 1e3:.2f} ms; kernel calls {total * 1e3:.2f} ms, of which GEMMs "
                   f"{gemm_t * 1e3:.2f} ms for {gemm_f / 1e9:.2f} GFLOP"
                   + (f" ({gemm_f / gemm_t / 1e9:.0f} GFLOP/s)" if gemm_t else ""))
+
+
+def by_op(ids: list, heads: dict, per_call: list) -> Table:
+    """Time per op of the kernels' nodes (MATMUL, SUM, ...), summed over calls."""
+    total, count = {}, {}
+    for c, t in enumerate(per_call):
+        op = heads.get(ids[c], "?").split(" ")[0]
+        total[op] = total.get(op, 0.0) + t
+        count[op] = count.get(op, 0) + 1
+    table = Table(title="time per op")
+    for col in ("op", "calls", "ms", "share"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    whole = sum(per_call) or 1.0
+    for op, t in sorted(total.items(), key=lambda kv: -kv[1]):
+        table.add_row(op, str(count[op]), f"{t * 1e3:.2f}", f"{t / whole:.0%}")
+    return table
 
 
 def on_thread(program: Program, bufs: list, scalars: list, reps: int, busy: bool) -> list:
