@@ -87,7 +87,7 @@ def test_a_lowering_that_depends_on_a_float_value_is_refused():
     else:
         raise AssertionError("a value-dependent lowering was turned into a plan")
     plan = replay.build(aten.add.Tensor, LOWERINGS[aten.add.Tensor], (wx, wy), {"alpha": 0.7}, 2)
-    assert plan.recipes
+    assert plan.macro.recipes
 
 
 def test_cpu_tensor_arguments_take_the_general_path():

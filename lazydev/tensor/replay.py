@@ -48,17 +48,16 @@ class Plan:
     """An op's lowering for one signature: its Macro (trace/macro.py) and, per SCALAR recipe in
     order, where the scalar comes from: ("arg", j) for the j-th float argument, ("const", v)."""
 
-    __slots__ = ("macro", "consts", "recipes", "out", "_scalars", "_as_calls")
+    __slots__ = ("macro", "_scalars", "_as_calls")
 
     def __init__(self, consts, recipes, out, n_inputs: int):
         self.macro = Macro(consts, recipes, out, n_inputs)
-        self.consts, self.recipes, self.out = consts, recipes, out
         self._scalars = [(r[4], r[1]) for r in recipes if r[3] is None]
         self._as_calls = self.macro.n_nodes >= MACRO_MIN     # Note [Macro nodes]
 
-    def _scalar_nodes(self, floats: list) -> list:
+    def _scalar_nodes(self, floats: list):
         if not self._scalars:
-            return self._scalars
+            return ()
         tr = state.current()
         nodes = []
         for (kind, v), dtype in self._scalars:
@@ -335,7 +334,8 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
     if lower is None or not positions or positions[-1] >= len(args):
         raise _NotReplayable
     plan = build(fn, lower, args, kwargs, len(tensors))
-    outs = [plan.out] if type(plan.out) is int else list(plan.out)
+    out = plan.macro.out
+    outs = [out] if type(out) is int else list(out)
     for p, ref in zip(positions, outs):
         target = args[p]
         if type(target) is not WseTensor or ref is None:
@@ -347,12 +347,12 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
 
 
 def _ref_shape(plan, ref, tensors):
-    n_in = len(tensors)
+    n_in, consts = len(tensors), plan.macro.consts
     if ref < n_in:
         return tuple(tensors[ref].shape)
-    if ref < n_in + len(plan.consts):
-        return plan.consts[ref - n_in].shape
-    return plan.recipes[ref - n_in - len(plan.consts)][2]
+    if ref < n_in + len(consts):
+        return consts[ref - n_in].shape
+    return plan.macro.recipes[ref - n_in - len(consts)][2]
 
 
 def run_view(func, args, kwargs, base):
