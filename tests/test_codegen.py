@@ -295,3 +295,16 @@ def test_a_cheap_value_of_one_stored_value_is_recomputed_by_each_reader():
         ops = _kernels("\n".join(last_compiled["units"]))
         assert ("ADD" in ops or "EXP" in ops) == (stored is not None), ops
         assert stored is None or stored in ops, ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_wide_column_sums_read_rows_in_runs(dtype):
+    # Note [Column reductions]: a sum over leading axes of a wide row is split into row runs with
+    # partial accumulators; narrow rows keep the column blocks.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 50, 96, generator=g, dtype=dtype)
+    for f, runs in ((lambda t: t.sum((0, 1)), True), (lambda t: t.reshape(300, 96).prod(0), True),
+                    (lambda t: t[..., :8].sum((0, 1)), False)):
+        assert_same(f(x.to("wse")), f(x))
+        code = "\n".join(last_compiled["units"])
+        assert ("part[4][" in code) == runs
