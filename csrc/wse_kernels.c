@@ -227,15 +227,14 @@ static void ow_range(const conv_t* c, int64_t off, int64_t* lo, int64_t* hi) {
   *hi = h;
 }
 
-/* col[(ch*KH+kh)*KW+kw][oh*OW+ow] = x[ch][oh*sh-ph+kh*dh][ow*sw-pw+kw*dw] (0 outside), rows
-   `ld` floats apart (L for one image, N*L for a whole batch's columns side by side).
+/* col[(ch*KH+kh)*KW+kw][oh*OW+ow] = x[ch][oh*sh-ph+kh*dh][ow*sw-pw+kw*dw] (0 outside).
    Parallel over channels: the same loop shape is race-free for col2im. */
-static void im2col(const conv_t* c, const float* x, float* col, int64_t ld) {
+static void im2col(const conv_t* c, const float* x, float* col) {
   _Pragma("omp parallel for schedule(static) if (can_fork(c->K * c->L))")
   for (int64_t ch = 0; ch < c->Cg; ch++)
     for (int64_t kh = 0; kh < c->KH; kh++)
       for (int64_t kw = 0; kw < c->KW; kw++) {
-        float* row = col + ((ch * c->KH + kh) * c->KW + kw) * ld;
+        float* row = col + ((ch * c->KH + kh) * c->KW + kw) * c->L;
         int64_t off = kw * c->dw - c->pw, lo, hi;
         ow_range(c, off, &lo, &hi);
         for (int64_t oh = 0; oh < c->OH; oh++) {
@@ -257,12 +256,12 @@ static void im2col(const conv_t* c, const float* x, float* col, int64_t ld) {
 }
 
 /* Adjoint of im2col: gx[ch][ih][iw] += col[...]; gx must be zeroed first. */
-static void col2im(const conv_t* c, const float* col, int64_t ld, float* gx) {
+static void col2im(const conv_t* c, const float* col, float* gx) {
   _Pragma("omp parallel for schedule(static) if (can_fork(c->K * c->L))")
   for (int64_t ch = 0; ch < c->Cg; ch++)
     for (int64_t kh = 0; kh < c->KH; kh++)
       for (int64_t kw = 0; kw < c->KW; kw++) {
-        const float* row = col + ((ch * c->KH + kh) * c->KW + kw) * ld;
+        const float* row = col + ((ch * c->KH + kh) * c->KW + kw) * c->L;
         int64_t off = kw * c->dw - c->pw, lo, hi;
         ow_range(c, off, &lo, &hi);
         for (int64_t oh = 0; oh < c->OH; oh++) {
@@ -281,7 +280,7 @@ static void fwd_image(const conv_t* c, const float* x, const float* w, float* y,
     const float* xg = x + g * c->Cg * c->H * c->W;
     const float* b = xg;
     if (!c->identity) {
-      im2col(c, xg, col, c->L);
+      im2col(c, xg, col);
       b = col;
     }
     sgemm(0, 0, c->Og, c->L, c->K, 1.0f, w + g * c->Og * c->K, c->K, b, c->L, 0.0f,
@@ -299,7 +298,7 @@ static void bwd_input_image(const conv_t* c, const float* gy, const float* w, fl
           c->L, 0.0f, dst, c->L);
     if (!c->identity) {
       memset(gxg, 0, (size_t)(c->Cg * c->H * c->W) * sizeof(float));
-      col2im(c, col, c->L, gxg);
+      col2im(c, col, gxg);
     }
   }
 }
@@ -311,7 +310,7 @@ static void bwd_weight_image(const conv_t* c, const float* gy, const float* x, f
     const float* xg = x + g * c->Cg * c->H * c->W;
     const float* b = xg;
     if (!c->identity) {
-      im2col(c, xg, col, c->L);
+      im2col(c, xg, col);
       b = col;
     }
     sgemm(0, 1, c->Og, c->K, c->L, 1.0f, gy + g * c->Og * c->L, c->L, b, c->L, beta,
@@ -342,78 +341,6 @@ static void for_each_image(const conv_t* c, image_fn fn, const float* in, int64_
     for (int64_t n = 0; n < c->N; n++) fn(c, in + n * in_stride, w, out + n * out_stride, col);
     free(col);
   }
-}
-
-/* ---- whole batch: one GEMM over every image's columns ------------------
-   Per image, a small network's convolution is a GEMM too small to run well
-   (16 x 196 x 72 for an 8 -> 16 channel 3x3 layer on 14x14 images: 50 GFLOP/s).
-   So, when the scratch fits, the columns of all N images sit side by side in one
-   K x N*L matrix and each pass is one GEMM over them, with the output (or the
-   gradient read) moved between N x O x L and O x N*L around it. */
-
-#define WSE_BATCH_SCRATCH (64LL << 20)   /* bytes of columns a whole-batch pass may take */
-
-static int whole_batch(const conv_t* c) {
-  return c->G == 1 && !c->identity && c->N > 1 &&
-         (c->K + c->O) * c->N * c->L * (int64_t)sizeof(float) <= WSE_BATCH_SCRATCH;
-}
-
-/* cols[:, n*L:(n+1)*L] = im2col(x[n]) for every image, in parallel over images. */
-static float* batch_columns(const conv_t* c, const float* x) {
-  int64_t NL = c->N * c->L;
-  float* cols = xmalloc((size_t)(c->K * NL) * sizeof(float));
-  _Pragma("omp parallel for schedule(static) if (can_fork(c->K * NL))")
-  for (int64_t n = 0; n < c->N; n++) im2col(c, x + n * c->C * c->H * c->W, cols + n * c->L, NL);
-  return cols;
-}
-
-/* N x O x L <-> O x N*L: to_batch moves src[n][o][l] to dst[o][n*L + l], else back. */
-static void batch_transpose(const conv_t* c, const float* src, float* dst, int to_batch) {
-  int64_t NL = c->N * c->L;
-  size_t row = (size_t)c->L * sizeof(float);
-  _Pragma("omp parallel for schedule(static) if (can_fork(c->O * NL))")
-  for (int64_t i = 0; i < c->N * c->O; i++) {
-    int64_t batched = i % c->O * NL + i / c->O * c->L;   /* o * NL + n * L */
-    if (to_batch)
-      memcpy(dst + batched, src + i * c->L, row);
-    else
-      memcpy(dst + i * c->L, src + batched, row);
-  }
-}
-
-static void fwd_batch(const conv_t* c, const float* x, const float* w, float* y) {
-  int64_t NL = c->N * c->L;
-  float* cols = batch_columns(c, x);
-  float* out = xmalloc((size_t)(c->O * NL) * sizeof(float));
-  sgemm(0, 0, c->O, NL, c->K, 1.0f, w, c->K, cols, NL, 0.0f, out, NL);
-  batch_transpose(c, out, y, 0);
-  free(out);
-  free(cols);
-}
-
-static void bwd_input_batch(const conv_t* c, const float* gy, const float* w, float* gx) {
-  int64_t NL = c->N * c->L, image = c->C * c->H * c->W;
-  float* g = xmalloc((size_t)(c->O * NL) * sizeof(float));
-  batch_transpose(c, gy, g, 1);
-  float* cols = xmalloc((size_t)(c->K * NL) * sizeof(float));
-  sgemm(1, 0, c->K, NL, c->O, 1.0f, w, c->K, g, NL, 0.0f, cols, NL);
-  _Pragma("omp parallel for schedule(static) if (can_fork(c->K * NL))")
-  for (int64_t n = 0; n < c->N; n++) {
-    memset(gx + n * image, 0, (size_t)image * sizeof(float));
-    col2im(c, cols + n * c->L, NL, gx + n * image);
-  }
-  free(cols);
-  free(g);
-}
-
-static void bwd_weight_batch(const conv_t* c, const float* gy, const float* x, float* gw) {
-  int64_t NL = c->N * c->L;
-  float* g = xmalloc((size_t)(c->O * NL) * sizeof(float));
-  batch_transpose(c, gy, g, 1);
-  float* cols = batch_columns(c, x);
-  sgemm(0, 1, c->O, c->K, NL, 1.0f, g, NL, cols, NL, 0.0f, gw, c->K);
-  free(cols);
-  free(g);
 }
 
 /* ---- depthwise: direct loops ---------------------------------------------
@@ -521,10 +448,6 @@ static void conv2d_f32(const float* x, const float* w, float* y, const int64_t* 
     dw_fwd(&c, x, w, y);
     return;
   }
-  if (whole_batch(&c)) {
-    fwd_batch(&c, x, w, y);
-    return;
-  }
   for_each_image(&c, fwd_image, x, c.C * c.H * c.W, w, y, c.O * c.L);
 }
 
@@ -532,10 +455,6 @@ static void conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, con
   conv_t c = conv_unpack(p);
   if (c.depthwise) {
     dw_bwd_input(&c, gy, w, gx);
-    return;
-  }
-  if (whole_batch(&c)) {
-    bwd_input_batch(&c, gy, w, gx);
     return;
   }
   for_each_image(&c, bwd_input_image, gy, c.O * c.L, w, gx, c.C * c.H * c.W);
@@ -552,10 +471,6 @@ static void conv2d_bwd_weight_f32(const float* gy, const float* x, float* gw, co
   }
   if (c.N <= 0) {
     memset(gw, 0, (size_t)wsize * sizeof(float));
-    return;
-  }
-  if (whole_batch(&c)) {
-    bwd_weight_batch(&c, gy, x, gw);
     return;
   }
   int nt = image_threads(&c);

@@ -348,15 +348,14 @@ int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t*
 # (N, C, H, W, O, KH, KW, stride, padding, dilation, groups)
 CONV_CONFIGS = [
     (2, 3, 9, 9, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1),
-    (2, 4, 10, 8, 6, 3, 2, (2, 1), (0, 2), (1, 2), 2),    # groups: OpenMP over images
+    (2, 4, 10, 8, 6, 3, 2, (2, 1), (0, 2), (1, 2), 2),
     (3, 6, 7, 7, 6, 3, 3, (1, 2), (2, 1), (2, 1), 6),     # depthwise: direct loops
     (1, 5, 9, 11, 5, 3, 2, (2, 2), (1, 0), (1, 3), 5),    # depthwise, one image
     (2, 3, 6, 6, 6, 2, 2, (1, 1), (1, 1), (1, 1), 3),     # channel multiplier 2: GEMM
     (2, 8, 6, 5, 4, 1, 1, (1, 1), (0, 0), (1, 1), 1),     # 1x1: no im2col
     (4, 2, 5, 5, 4, 1, 1, (2, 2), (1, 1), (1, 1), 2),     # 1x1 with stride/pad
     (1, 2, 4, 5, 3, 2, 2, (3, 2), (3, 3), (1, 1), 1),     # rows entirely in padding
-    (16, 4, 8, 8, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1),    # whole batch: one GEMM per pass
-    (3, 5, 9, 7, 4, 3, 2, (2, 1), (1, 2), (2, 1), 1),     # whole batch, strided and dilated
+    (16, 4, 8, 8, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1),    # OpenMP over images
     (1, 16, 16, 16, 32, 3, 3, (1, 1), (1, 1), (1, 1), 1),  # one image: GEMM split in tiles
     (64, 16, 3, 3, 32, 3, 3, (1, 1), (1, 1), (1, 1), 2),   # many images, bwd-weight reduce
 ]
