@@ -198,48 +198,58 @@ static inline float wse_floordivf(float a, float b) {
 
 /* Note [Own float math]
    Generated loops call these float functions instead of libm's (which -D__FAST_MATH__ maps to
-   libmvec's vector variants) where that was measured to pay:
-   * expf: libmvec's sends any lane beyond its fast range (-inf from attention's causal mask,
-     overflow) down a scalar path: 512K masked softmax inputs took 0.68-1.03 ms against 0.11.
-     wse_expf has no special lane, and on finite inputs takes 0.25 ns per float, 16 floats a
-     vector on one core, against libmvec's 0.21 (and this header's previous expf's 0.39).
-   * erff: libmvec's takes 0.59 ns per float (and is 4 ulp off at worst); wse_erff 0.32.
+   libmvec's vector variants) where that was measured to pay. Figures are ns per float in a
+   vectorised in-L1 loop on one core, and the worst error over all 2^32 floats against double
+   libm (benchmarks/mathf.py measures both):
+   * expf: libmvec's (0.21 ns, 2.6 ulp) sends any lane beyond its fast range (-inf from
+     attention's causal mask, overflow) down a scalar path: 512K masked softmax inputs took
+     0.68-1.03 ms against 0.11. wse_expf: 0.25 ns, 0.89 ulp, no special lane.
+   * erff: libmvec's takes 0.59-0.67 ns, 4.0 ulp; wse_erff 0.35 ns, 1.37 ulp.
    Each is straight-line code: special cases are selects, never branches, so gcc vectorises a
    loop calling it, and the functions are always_inline: gcc -O2 declined to inline a larger one
    called several times in a loop, and the loop was then not vectorised at all (5-10x slower).
    -ffp-contract=off is safe: every fused multiply-add here is an explicit fmaf.
-   Not replaced, because straight-line C did not beat libmvec (its AVX-512 code uses vscalefps
-   and in-register table lookups that plain C cannot reach): sinf (0.25 ns with a per-vector
-   escape to an exact path for |x| >= 2^17, against libmvec's 0.26), tanhf (0.42 against 0.29).
-   Accuracy is checked against double libm over all 2^32 floats (figures below) and by
-   tests/test_mathf.py. */
+   Not replaced, since straight-line C did not beat libmvec, whose AVX-512 code uses vscalefps
+   and in-register table lookups that plain C cannot reach. sinf: a Cody-Waite reduction by pi
+   and one odd polynomial take 0.20 ns for |x| < 2^17, but beyond that (and for NaN, inf) an
+   exact path is needed, and the cheapest found, a call per vector to a hand-written AVX-512
+   escape, made it 0.25 ns, libmvec's 0.25-0.27 (1.9 ulp). tanhf: a polynomial below 0.625 and
+   1 - 2/(e^2x + 1) above, 1.36 ulp, take 0.43 ns (two paths and a division per vector),
+   libmvec's 0.28-0.30 (1.4 ulp). logf: libmvec's takes 0.2 ns (3.9 ulp; 3.8 ns when a lane is
+   <= 0, a scalar path); a straight-line one needs about 27 operations, so it would be slower
+   on positive inputs. */
 #define WSE_MATHF static inline __attribute__((always_inline))
 #define WSE_ROUND_MAGIC 12582912.0f  /* 1.5 * 2^23: (x + M) - M rounds |x| < 2^22 to an integer */
 
 /* expf for generated loops: 0.89 ulp at worst over all floats. x = n ln2 + r (Cody-Waite,
    |r| <= ln2/2; n is read from the bits of n + M), e^r by a degree-6 minimax polynomial in
    Horner form, then 2^n as two exponent-field scalings, so n down to -150 gives the subnormal
-   results. NaN propagates through the multiplies; x > 89 computes e^89 (inf); lanes below -104
-   (e^x < 2^-150 rounds to 0) are replaced by 0 after computing garbage, which is never a
-   subnormal, so -inf lanes cost nothing extra. Results in the subnormal range (x in
-   [-104, -87.3]) take a microcode assist, as any float arithmetic producing them does. */
-WSE_MATHF float wse_expf(float x) {
-  const float xc = x > 89.0f ? 89.0f : x;
-  const float k = fmaf(xc, 1.44269504f, WSE_ROUND_MAGIC);
-  const float n = k - WSE_ROUND_MAGIC;
-  float r = fmaf(n, -0.693359375f, xc);
-  r = fmaf(n, 2.12194440e-4f, r);
+   results. NaN propagates through the multiplies; x > 89 computes e^89 (inf). Lanes below -104
+   (e^x < 2^-150 rounds to 0) compute on -176 instead, where n = -254 makes both scalings +0.0
+   and the result 0: computing them on x would underflow, and an underflowing or subnormal
+   product takes a microcode assist of some hundred cycles, as results in the subnormal range
+   (x in [-104, -87.3]) still do. */
+WSE_MATHF float wse_exp_poly(float r) {     /* e^r for |r| <= ln2/2 */
   float p = fmaf(r, 1.381313311867416e-3f, 8.369424380362034e-3f);
   p = fmaf(p, r, 4.166845604777336e-2f);
   p = fmaf(p, r, 1.6666515171527863e-1f);
   p = fmaf(p, r, 4.999999403953552e-1f);
   p = fmaf(p, r, 1.0f);
-  p = fmaf(p, r, 1.0f);
+  return fmaf(p, r, 1.0f);
+}
+
+WSE_MATHF float wse_expf(float x) {
+  float xc = x > 89.0f ? 89.0f : x;
+  xc = x < -104.0f ? -176.0f : xc;
+  const float k = fmaf(xc, 1.44269504f, WSE_ROUND_MAGIC);
+  const float n = k - WSE_ROUND_MAGIC;
+  float r = fmaf(n, -0.693359375f, xc);
+  r = fmaf(n, 2.12194440e-4f, r);
+  const float p = wse_exp_poly(r);
   const int32_t ki = (int32_t)wse_f32_bits(k), n1 = ki >> 1;   /* ki = bits(M) + n */
   const int32_t bias = 127 - (0x4B400000 >> 1);                 /* bits(M) is even */
-  const float y = p * wse_bits_f32((uint32_t)(n1 + bias) << 23)
-                    * wse_bits_f32((uint32_t)(ki - n1 + bias) << 23);
-  return x < -104.0f ? 0.0f : y;
+  return p * wse_bits_f32((uint32_t)(n1 + bias) << 23)
+           * wse_bits_f32((uint32_t)(ki - n1 + bias) << 23);
 }
 
 /* erff for generated loops: 1.37 ulp at worst over all floats. |x| < 1: x + x P(x^2) (the
