@@ -194,35 +194,94 @@ static inline float wse_floordivf(float a, float b) {
   return (d - f > 0.5f) ? f + 1.0f : f;
 }
 
-/* ---- exp ------------------------------------------------------------------ */
+/* ---- exp, erf ------------------------------------------------------------- */
 
-/* expf for generated loops, about 1 ulp: 1.003 at worst, and above 1 once, in a sweep of every
-   97th float in [-110, 90] (PyTorch's own vectorised CPU exp, Sleef's u10, promises 1.0).
-   libmvec's vector expf sends any lane beyond its fast range down a scalar path, and
-   attention's causal mask puts -inf in half of softmax's exp inputs: 512K floats took
-   0.68-1.03 ms there against 0.11 ms for finite inputs. This one is straight-line code, so no
-   lane is special, and with explicit fmaf it is also faster on finite inputs (4M floats:
-   0.89 ms against libmvec's 1.33). Cody-Waite reduction x = n ln2 + r, Cephes' polynomial,
-   then 2^n as two exponent-field scalings (n reaches -150: the subnormal results). Lanes below
-   -104 (exp < 2^-150 rounds to 0) are computed on 0 and replaced by 0, so no arithmetic runs on
-   subnormals. Clamping the input of libmvec's expf instead does not work: gcc folds
-   expf(x < c ? c : x) back into x < c ? expf(c) : expf(x). */
-static inline float wse_expf(float x) {
-  const float xc = x < -104.0f ? 0.0f : (x > 89.0f ? 89.0f : x);
-  const float n = nearbyintf(xc * 1.44269504088896341f);
+/* Note [Own float math]
+   Generated loops call these float functions instead of libm's (which -D__FAST_MATH__ maps to
+   libmvec's vector variants) where that was measured to pay. Figures are ns per float in a
+   vectorised in-L1 loop on one core, and the worst error over all 2^32 floats against double
+   libm (benchmarks/mathf.py measures both):
+   * expf: libmvec's (0.21 ns, 2.6 ulp) sends any lane beyond its fast range (-inf from
+     attention's causal mask, overflow) down a scalar path: 512K masked softmax inputs took
+     0.68-1.03 ms against 0.11. wse_expf: 0.25 ns, 0.89 ulp, no special lane.
+   * erff: libmvec's takes 0.59-0.67 ns, 4.0 ulp; wse_erff 0.35 ns, 1.37 ulp.
+   Each is straight-line code: special cases are selects, never branches, so gcc vectorises a
+   loop calling it, and the functions are always_inline: gcc -O2 declined to inline a larger one
+   called several times in a loop, and the loop was then not vectorised at all (5-10x slower).
+   -ffp-contract=off is safe: every fused multiply-add here is an explicit fmaf.
+   Not replaced, since straight-line C did not beat libmvec, whose AVX-512 code uses vscalefps
+   and in-register table lookups that plain C cannot reach. sinf: a Cody-Waite reduction by pi
+   and one odd polynomial take 0.20 ns for |x| < 2^17, but beyond that (and for NaN, inf) an
+   exact path is needed, and the cheapest found, a call per vector to a hand-written AVX-512
+   escape, made it 0.25 ns, libmvec's 0.25-0.27 (1.9 ulp). tanhf: a polynomial below 0.625 and
+   1 - 2/(e^2x + 1) above, 1.36 ulp, take 0.43 ns (two paths and a division per vector),
+   libmvec's 0.28-0.30 (1.4 ulp). logf, not written: libmvec's takes 0.2 ns (3.9 ulp; 3.8 ns
+   when a lane is <= 0, a scalar path), and a straight-line one would need about 27 vector
+   operations by count (about 0.27 ns at the two per cycle measured here). */
+#define WSE_MATHF static inline __attribute__((always_inline))
+#define WSE_ROUND_MAGIC 12582912.0f  /* 1.5 * 2^23: (x + M) - M rounds |x| < 2^22 to an integer */
+
+/* expf for generated loops: 0.89 ulp at worst over all floats. x = n ln2 + r (Cody-Waite,
+   |r| <= ln2/2; n is read from the bits of n + M), e^r by a degree-6 minimax polynomial in
+   Horner form, then 2^n as two exponent-field scalings, so n down to -150 gives the subnormal
+   results. NaN propagates through the multiplies; x > 89 computes e^89 (inf). Lanes below -104
+   (e^x < 2^-150 rounds to 0) compute on -176 instead, where n = -254 makes both scalings +0.0
+   and the result 0: computing them on x would underflow, and an underflowing or subnormal
+   product takes a microcode assist of some hundred cycles, as results in the subnormal range
+   (x in [-104, -87.3]) still do. */
+WSE_MATHF float wse_exp_poly(float r) {     /* e^r for |r| <= ln2/2 */
+  float p = fmaf(r, 1.381313311867416e-3f, 8.369424380362034e-3f);
+  p = fmaf(p, r, 4.166845604777336e-2f);
+  p = fmaf(p, r, 1.6666515171527863e-1f);
+  p = fmaf(p, r, 4.999999403953552e-1f);
+  p = fmaf(p, r, 1.0f);
+  return fmaf(p, r, 1.0f);
+}
+
+WSE_MATHF float wse_expf(float x) {
+  float xc = x > 89.0f ? 89.0f : x;
+  xc = x < -104.0f ? -176.0f : xc;
+  const float k = fmaf(xc, 1.44269504f, WSE_ROUND_MAGIC);
+  const float n = k - WSE_ROUND_MAGIC;
   float r = fmaf(n, -0.693359375f, xc);
   r = fmaf(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = fmaf(p, r, 1.3981999507e-3f);
-  p = fmaf(p, r, 8.3334519073e-3f);
-  p = fmaf(p, r, 4.1665795894e-2f);
-  p = fmaf(p, r, 1.6666665459e-1f);
-  p = fmaf(p, r, 5.0000001201e-1f);
-  p = fmaf(p, r * r, r) + 1.0f;
-  const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-  const float y = p * wse_bits_f32((uint32_t)(n1 + 127) << 23)
-                    * wse_bits_f32((uint32_t)(n2 + 127) << 23);
-  return x < -104.0f ? 0.0f : (x != x ? x : y);
+  const float p = wse_exp_poly(r);
+  const int32_t ki = (int32_t)wse_f32_bits(k), n1 = ki >> 1;   /* ki = bits(M) + n */
+  const int32_t bias = 127 - (0x4B400000 >> 1);                 /* bits(M) is even */
+  return p * wse_bits_f32((uint32_t)(n1 + bias) << 23)
+           * wse_bits_f32((uint32_t)(ki - n1 + bias) << 23);
+}
+
+/* erff for generated loops: 1.37 ulp at worst over all floats. |x| < 1: x + x P(x^2) (the
+   leading 2/sqrt(pi) - 1 keeps the coefficient's rounding off the result); 1 <= |x| < 3.9193:
+   one degree-12 polynomial in |x| - 2.45965; beyond, erf rounds to 1. Both polynomials are
+   minimax fits with float coefficients (each rounded, the lower ones refitted). The sign is
+   or-ed back, so erf(-0) = -0; NaN takes the second polynomial and stays NaN. */
+WSE_MATHF float wse_erff(float x) {
+  const float a = fabsf(x), t = a * a;
+  float p = fmaf(t, 7.853861461626366e-05f, -8.010193705558777e-04f);
+  p = fmaf(p, t, 5.188327748328447e-03f);
+  p = fmaf(p, t, -2.6853812858462334e-02f);
+  p = fmaf(p, t, 1.128358542919159e-01f);
+  p = fmaf(p, t, -3.761262595653534e-01f);
+  p = fmaf(p, t, 1.2837916612625122e-01f);
+  const float small = fmaf(a, p, a);
+  const float d = a - 2.4596500396728516f;
+  float q = fmaf(d, -9.124654752667993e-06f, 2.545877214288339e-05f);
+  q = fmaf(q, d, 5.156814222573303e-05f);
+  q = fmaf(q, d, -3.018560237251222e-04f);
+  q = fmaf(q, d, 3.9208351518027484e-04f);
+  q = fmaf(q, d, 4.610706528183073e-04f);
+  q = fmaf(q, d, -2.964642131701112e-03f);
+  q = fmaf(q, d, 6.803878117352724e-03f);
+  q = fmaf(q, d, -9.916726499795914e-03f);
+  q = fmaf(q, d, 9.846868924796581e-03f);
+  q = fmaf(q, d, -6.546093616634607e-03f);
+  q = fmaf(q, d, 2.6607715990394354e-03f);
+  q = fmaf(q, d, 9.994957447052002e-01f);
+  const float large = a >= 3.9193f ? 1.0f : q;
+  const float y = a < 1.0f ? small : large;
+  return wse_bits_f32(wse_f32_bits(y) | (wse_f32_bits(x) & 0x80000000u));
 }
 
 /* ---- activations -------------------------------------------------------- */
@@ -235,13 +294,15 @@ static inline float wse_sigmoidf(float x) { return 1.0f / (1.0f + wse_expf(-x));
 #define WSE_SQRT1_2 0.70710678118654752440
 #define WSE_INV_SQRT_2PI 0.39894228040143267794
 static inline double wse_gelu(double x) { return 0.5 * x * (1.0 + erf(x * WSE_SQRT1_2)); }
-static inline float wse_geluf(float x) { return 0.5f * x * (1.0f + erff(x * (float)WSE_SQRT1_2)); }
+static inline float wse_geluf(float x) {
+  return 0.5f * x * (1.0f + wse_erff(x * (float)WSE_SQRT1_2));
+}
 static inline double wse_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * WSE_SQRT1_2)) + x * exp(-0.5 * x * x) * WSE_INV_SQRT_2PI;
 }
 static inline float wse_gelu_gradf(float x) {
-  return 0.5f * (1.0f + erff(x * (float)WSE_SQRT1_2)) +
-         x * expf(-0.5f * x * x) * (float)WSE_INV_SQRT_2PI;
+  return 0.5f * (1.0f + wse_erff(x * (float)WSE_SQRT1_2)) +
+         x * wse_expf(-0.5f * x * x) * (float)WSE_INV_SQRT_2PI;
 }
 
 /* ---- helpers used by generated code ------------------------------------ */

@@ -67,11 +67,15 @@ _FLOAT_FN = {
     Op.ASINH: "asinh", Op.ACOSH: "acosh", Op.ATANH: "atanh", Op.EXP2: "exp2", Op.LOG2: "log2",
     Op.LOG10: "log10", Op.LGAMMA: "lgamma",
 }
+# Float functions of our own (csrc/wse_prefix.h, Note [Own float math]): straight-line code,
+# faster than libmvec's and with no slow lanes (-inf for exp).
+_OWN_FLOAT_FN = {Op.EXP: "wse_expf", Op.ERF: "wse_erff"}
 _FLOAT_FN2 = {Op.ATAN2: "atan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign",
               Op.NEXTAFTER: "nextafter", Op.FMOD: "fmod"}
-# Ops whose float form is a long math function (libmvec's, or wse_expf): the costly part of a
-# loop body, and what Note [Staged loops] (kernels.py) splits a loop at. exp is staged too: the
-# 20-op chain took 16-20 ms with exp computed inline next to sin and tanh, 10-12 ms staged.
+# Ops whose float form is a long math function (libmvec's, or our own inline wse_expf and
+# wse_erff): the costly part of a loop body, and what Note [Staged loops] (kernels.py) splits a
+# loop at. Inline ones count too: the 20-op chain took 7.9-8.0 ms with wse_expf in a loop of its
+# own, 8.8-9.6 ms with it inlined into tanh's loop.
 MATH_CALLS = (frozenset(_FLOAT_FN) - {Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC, Op.SQRT}
               | {Op.SIGMOID, Op.ATAN2, Op.HYPOT})
 _INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.EQ: "==", Op.NE: "!=",
@@ -89,8 +93,8 @@ def unary(op: Op, dtype, x: str, src_dtype) -> str:
     isf = dtype.is_floating_point
     one = literal(1, dtype)
     zero = literal(0, dtype)
-    if op is Op.EXP and vtype(dtype) == "float":
-        return f"wse_expf({x})"        # no slow lanes for -inf (csrc/wse_prefix.h)
+    if op in _OWN_FLOAT_FN and vtype(dtype) == "float":
+        return f"{_OWN_FLOAT_FN[op]}({x})"
     if op in _FLOAT_FN and isf:
         return f"{_FLOAT_FN[op]}({x})"
     if op in _INT_IDENTITY:

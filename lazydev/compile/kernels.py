@@ -96,14 +96,21 @@ def _row_cat(e: Emitter, n: Node, dims) -> None:
 
 
 # Note [Staged loops]
-# A loop body that calls several vector math functions (libmvec's sin, exp, tanh, erf) is slower
-# than the same calls made in separate loops over the same data: on this machine
+# A loop body that calls several vector math functions (libmvec's sin and tanh, our exp) is
+# slower than the same calls made in separate loops over the same data: on this machine
 # tanh(exp(sin(.))) four times over 4M floats took 19 ms as one loop and 14 ms as four.
-# What costs is switching between the functions every vector: running each call over tiles of
-# 16 or 64 elements in turn was as slow as the one loop, tiles of 256 or more as fast as the
-# separate loops (why, the machine's missing HW counters cannot say). With two calls the split
-# loses (sin+tanh over 4M floats: 2.2 ms as one loop, 2.7 staged; GELU's backward, erf+exp over
-# 1M floats: 1.0 ms as one loop, 1.15 staged), with three it wins (3.4 -> 2.9 ms).
+# Running each call over tiles of 16 or 64 elements in turn was as slow as the one loop, tiles
+# of 256 or more as fast as the separate loops. With two calls the split loses (sin+tanh over
+# 4M floats: 2.2 ms as one loop, 2.7 staged; GELU's backward, erf+exp over 1M floats: 1.0 ms as
+# one loop, 1.15 staged), with three it wins (3.4 -> 2.9 ms).
+# Our own inline functions (wse_expf, wse_erff: Note [Own float math] in csrc/wse_prefix.h)
+# count as calls too, re-measured: the chain took 7.9-8.0 ms with exp in a loop of its own and
+# 8.8-9.6 ms with exp inlined into tanh's loop; GELU's backward (erf+exp over 1M floats, 4
+# calls) 1.75-1.96 ms as one loop and 2.46 staged. What fits the figures is latency: one
+# element's path through several functions is a chain of some hundred dependent instructions,
+# more than the out-of-order window overlaps across iterations (tiles of 16 or 64 give it no
+# independent work either), while a loop of one function has short independent iterations.
+# The chain inlined into one loop ran 3x slower than staged in a standalone test.
 # So a pointwise loop making STAGE_MIN_CALLS calls or more is strip-mined: per tile of STAGE_TILE
 # elements, one inner loop per call stores that call's results in a tile array on the stack
 # (cache-resident), and a last loop computes the outputs. A later loop reads an earlier call's
