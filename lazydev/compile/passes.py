@@ -181,7 +181,7 @@ RECOMPUTE_OPS = 4       # elementwise ops an inline value may take to be recompu
 def _recomputed(n: Node, realized: set) -> bool:
     """Whether n is cheap enough to compute in each of its readers (Note [Recomputed values]):
     at most RECOMPUTE_OPS elementwise ops without math calls, over at most one stored value of
-    n's size; broadcasts, reshapes, casts, scalars and constants free."""
+    n's size; broadcasts, reshapes, scalars and constants free."""
     if n.op not in ELEMENTWISE:
         return False
     ops, loads, stack, seen = 0, 0, [n], set()

@@ -85,7 +85,8 @@ def empty_tensor(size, dtype):
     from .wse_tensor import WseTensor   # after register(): it names the "wse" device
     if dtype.is_complex:                  # real pairs (Note [Complex storage])
         real = dtype.to_real()
-        return WseTensor(Storage(2 * numel, real, node=_zero_fill(real, 2 * numel)), size, dtype=dtype)
+        storage = Storage(2 * numel, real, node=_zero_fill(real, 2 * numel))
+        return WseTensor(storage, size, dtype=dtype)
     return WseTensor.fresh(Storage(numel, dtype, node=_zero_fill(dtype, numel)), size)
 
 

@@ -283,7 +283,7 @@ _ALIASES = frozenset({aten.detach.default, aten.alias.default})
 def alias_op(func, args, kwargs):
     """detach/alias: a view with the tensor's own size, stride and offset, made directly (autograd
     detaches every gradient it stores and every tensor it saves: two or more per parameter per
-    training step, 8 microseconds each through the general view path, 3 here)."""
+    training step; a detach from Python took 6.2 us through the general view path, 4.8 here)."""
     t = args[0]
     if type(t) is not WseTensor or t.dtype.is_complex:
         return view_op(func, args, kwargs)
