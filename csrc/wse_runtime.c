@@ -267,7 +267,10 @@ int wse_team_blas_load(const char* path) {
   if (!h) return 1;
   void* s = dlsym(h, "sgemm_");
   void* d = dlsym(h, "dgemm_");
-  if (!s || !d) return 2;
+  if (!s || !d) {
+    dlclose(h);   /* drops only the reference RTLD_NOLOAD took */
+    return 2;
+  }
   wse_kernels_set_team_blas((wse_fsgemm_fn)s, (wse_fdgemm_fn)d);
   return 0;
 }
