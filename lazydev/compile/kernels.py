@@ -315,9 +315,10 @@ def row_reductions(e: Emitter, nodes, dims: list) -> None:
 # A sum over leading axes (a bias gradient over the batch) reads its rows in order. Over a wide
 # row the rows are split into COLUMN_CHUNKS fixed runs, each summed into its own row of partial
 # accumulators and the partials added in run order at the end: every read streams, and the result
-# does not depend on how many threads ran the runs. Standalone, 1024 rows of 1024 took 123 us so,
-# against 394 us for blocks of COLUMN_BLOCK columns each striding down all the rows (1024 x 768:
-# 82 against 208 us), which stays for narrow rows, whose chunks would be too short to pay.
+# does not depend on how many threads ran the runs. Standalone (with the other core busy), 1024
+# rows of 1024 took 123 us this way against 394 us in blocks of COLUMN_BLOCK columns, each block
+# striding down all the rows (1024 x 768: 82 against 208 us). Narrow rows keep the blocks: their
+# runs would be too short to pay.
 COLUMN_CHUNKS = 4
 COLUMN_SPLIT = (64, 8192)   # row widths split into runs (the partials live on the stack)
 
@@ -350,12 +351,16 @@ def _column_runs(e: Emitter, n: Node, red: int) -> None:
     with e.loop("c", runs):
         b.line(f"{acc_t}* restrict acc = part[c];")
         b.line(f"for (int64_t j = 0; j < {out}; j++) acc[j] = {init};")
-        with e.b.block(f"for (int64_t r = c * {red} / {runs}; r < (c + 1) * {red} / {runs}; r++)"):
-            prev = e.ix.set_range("r", 0, red - 1)
-            b.line("#pragma omp simd")
-            with e.loop("j", out):
-                v = e.load(x, Idx(x.shape, flat=f"r * {out} + j"))
-                b.line(cexpr.reduce_step(n.op, n.dtype, "acc[j]", v))
+        # A run's rows [c * red / runs, (c + 1) * red / runs): r's range is all rows.
+        prev = e.ix.set_range("r", 0, red - 1)
+        try:
+            with b.block(f"for (int64_t r = c * {red} / {runs}; r < (c + 1) * {red} / {runs}; "
+                         "r++)"):
+                b.line("#pragma omp simd")
+                with e.loop("j", out):
+                    v = e.load(x, Idx(x.shape, flat=f"r * {out} + j"))
+                    b.line(cexpr.reduce_step(n.op, n.dtype, "acc[j]", v))
+        finally:
             e.ix.restore("r", prev)
     total = f" {_SIMD_REDUCE[n.op]} ".join(f"part[{c}][j]" for c in range(runs))
     with e.loop("j", out):

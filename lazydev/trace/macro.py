@@ -60,7 +60,7 @@ class Macro:
             return ("in", ref)
         if ref < self.n_inputs + len(self.consts):
             return ("const", self.consts[ref - self.n_inputs])
-        op, dtype, shape, _, _ = self.recipes[ref - self.n_inputs - len(self.consts)]
+        _, dtype, shape, _, _ = self.recipes[ref - self.n_inputs - len(self.consts)]
         return ("call", dtype, shape, local_key(Op.CALL, dtype, shape, (self, i)))
 
     def apply(self, inputs, scalars):
