@@ -458,7 +458,7 @@ def _write_back(target, res):
 def foreach_op(func, args, kwargs):
     """_foreach_X(lists...) -> [X(elements...)], recorded per element (tensor/foreach.py; the
     generic path below calls the element op through torch for the overloads it cannot map)."""
-    out = foreach.run(func, args, kwargs, dispatch)
+    out = foreach.run(func, args, kwargs, dispatch, _fast_element(func))
     if out is not NotImplemented:
         return out
     name = func._schema.name.split("::")[1][len("_foreach_"):]
@@ -478,6 +478,25 @@ def foreach_op(func, args, kwargs):
             elem_kw["value"] = elem_args.pop().item()
         out.append(per(*elem_args, **elem_kw))
     return out
+
+
+def _fast_element(func):
+    """A foreach op's per-element recorder for in-place element ops (tensor/foreach.py), or
+    None: outside a backward pass, with no deferred error, an in-place element replays its plan
+    directly; dispatch's checks hold for the whole call."""
+    found = foreach.layout(func)
+    if found is None or _deferred or torch._C._current_graph_task_id() != -1:
+        return None
+    elem = found[0]
+    if _HANDLERS.get(elem) is None:
+        _HANDLERS[elem] = _choose(elem)
+    if _HANDLERS[elem] is not inplace_op:
+        return None
+    fn, positions = functional_variant(elem), _mutated_positions(elem)
+
+    def fast(elem, args, kwargs):
+        return replay.run_inplace(elem, fn, positions, args, kwargs)
+    return fast
 
 
 def fallback_op(func, args, kwargs, why="no lowering"):

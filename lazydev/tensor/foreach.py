@@ -66,8 +66,10 @@ def _match(func, elem):
     return elem, args, bool(func._schema.returns)
 
 
-def run(func, args, kwargs, dispatch):
-    """Record func element by element through `dispatch`, or return NotImplemented."""
+def run(func, args, kwargs, dispatch, fast=None):
+    """Record func element by element through `dispatch`, or return NotImplemented. `fast(elem,
+    args, kwargs)`, if given, records one element straight through its replay plan (skipping
+    dispatch's per-op work, done once here for the whole list) or returns None."""
     found = layout(func)
     if found is None:
         return NotImplemented
@@ -85,7 +87,13 @@ def run(func, args, kwargs, dispatch):
                     pos.append(v)
                 else:
                     kw[kwname] = v
-            out.append(dispatch(elem, tuple(pos), kw))
+            pos = tuple(pos)
+            r = fast(elem, pos, kw) if fast is not None else None
+            if r is None:
+                r = dispatch(elem, pos, kw)
+            else:
+                tr.nodes += 1
+            out.append(r)
     finally:
         tr.shared_scalars = None
     return out if returns_list else None

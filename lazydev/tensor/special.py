@@ -35,7 +35,7 @@ def _copy_(func, args, kwargs):
         return dst
     if dst._lz_full and tuple(src.shape) == dst._lz_meta[0]:   # a whole-tensor upload
         st = dst._st
-        cpu = src.detach().to(dst.dtype).contiguous()
+        cpu = src if src.dtype is dst.dtype else src.to(dst.dtype)   # made contiguous below
         buf = from_cpu(cpu)._st.buf if cpu.dtype.is_complex else sync.upload(cpu)
         st.replace_buffer(buf, origin=log.user_frame())
         return dst
