@@ -40,6 +40,24 @@ def test_special_floats_get_their_own_plans():
                     torch.sub(x, 0.0 if alpha != alpha else alpha))
 
 
+def test_equal_numbers_of_other_types_or_signs_get_their_own_plans():
+    """1 == 1.0 == True and 0.0 == -0.0 as Python keys, but the results differ: an int scalar
+    keeps an integer tensor integral, True keeps a bool tensor bool, -0.0 flips zeros' signs.
+    Each call here follows one whose arguments were equal as keys."""
+    i, b, f = torch.arange(4), torch.tensor([True, False]), torch.tensor([1.0, -2.0])
+    cases = [(aten.mul.Scalar, i, 1.0), (aten.mul.Scalar, i, 1),
+             (aten.add.Scalar, b, True), (aten.add.Scalar, b, 1),
+             (aten.mul.Scalar, f, 0.0), (aten.mul.Scalar, f, -0.0)]
+    for op, x, v in cases:
+        got, want = op(x.to("wse"), v), op(x, v)
+        assert got.dtype == want.dtype, (op, x.dtype, v)
+        assert_same(got, want)
+        assert torch.equal(torch.signbit(got.cpu()), torch.signbit(want)) or not \
+            want.is_floating_point()
+    assert torch.arange(5.0, device="wse").dtype == torch.float32
+    assert torch.arange(5, device="wse").dtype == torch.int64
+
+
 def test_in_place_through_a_plan_writes_through_views():
     base = torch.randn(6, 8)
     wbase = base.to("wse")

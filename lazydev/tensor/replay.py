@@ -123,6 +123,8 @@ def _part(a, tensors, floats):
             if type(x) is not int:
                 return (t, tuple([_part(x, tensors, floats) for x in a]))
         return (t, tuple(a))        # sizes and dims: each int is its own part
+    if t is bool:
+        return (bool, a)            # True == 1 as a key, but bool + True stays bool, + 1 not
     if t in _ATOMS:
         return a
     if t is torch.Tensor and a.dim() == 0 and a.is_cpu and a.dtype in _WRAPPED:
@@ -133,10 +135,13 @@ def _part(a, tensors, floats):
 
 
 def _float_part(v: float):
-    """A float's part of a signature: its value if a lowering may branch on it, else `float`."""
-    if v in _SPECIAL_FLOATS:
-        return v
-    return float if v - v == 0.0 else repr(v)      # inf/nan: by value (nan != nan as a key)
+    """A float's part of a signature: its value if a lowering may branch on it, else `float`.
+    A value is tagged and spelled out: as bare keys 1.0 == 1 (an int argument, which keeps an
+    integer result integral) and -0.0 == 0.0 (x * -0.0 has the other zero's sign), and nan !=
+    nan would make a new key at every call."""
+    if v in _SPECIAL_FLOATS or v - v != 0.0:
+        return (float, repr(v))
+    return float
 
 
 # ---- building a plan --------------------------------------------------------------------------

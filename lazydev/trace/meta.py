@@ -54,8 +54,11 @@ def _sig(a, value_sensitive):
         return meta
     if isinstance(a, torch.Tensor):
         return ("cpu", tuple(a.shape), a.dtype, a.stride(), a.storage_offset())
-    if isinstance(a, float) and not value_sensitive:
-        return float
+    if isinstance(a, float):
+        # Tagged: as bare keys 5.0 == 5, but arange(5.0) is float and arange(5) is int64.
+        return float if not value_sensitive else (float, repr(a))
+    if isinstance(a, bool):
+        return (bool, a)        # True == 1 as a key, but bool + True stays bool, + 1 does not
     if isinstance(a, (list, tuple)):
         return (type(a), tuple([_sig(x, value_sensitive) for x in a]))
     return a
