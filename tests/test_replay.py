@@ -224,3 +224,36 @@ def test_expanding_calls_gives_the_nodes_a_replay_would_make():
     assert [c.op for c in calls] == [Op.CALL, Op.CALL]
     expanded = macro.expand_calls([Node(Op.NEG, torch.float32, (4, 8), (calls[0],)), calls[1]])
     assert expanded[0].src[0].key == direct[0].key and expanded[1].key == direct[1].key
+
+
+def test_foreach_calls_replay_one_plan_per_call_and_match_cpu():
+    """Note [Foreach plans]: in-place and functional foreach ops, a keyword argument, a list of
+    floats and a call whose two lists are the same list, each recorded through one plan per
+    call signature (the second step makes no new plan) with the CPU's values."""
+    from lazydev.tensor import foreach
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.randn(s, generator=g) for s in ((4, 5), (7,), (3, 2, 2))]
+    gs = [torch.randn(p.shape, generator=g) for p in ps]
+    wps, wgs = [p.to("wse") for p in ps], [x.to("wse") for x in gs]
+
+    def step(ps, gs):
+        torch._foreach_mul_(ps, 0.9)
+        torch._foreach_add_(ps, gs, alpha=-0.1)
+        torch._foreach_addcdiv_(ps, gs, torch._foreach_sqrt(torch._foreach_abs(gs)),
+                                [0.5, -1.5, 2.0])
+        torch._foreach_add_(gs, gs)
+        return torch._foreach_mul(ps, gs)
+
+    step(wps, wgs)
+    step(ps, gs)
+    lazydev.mark_step()
+    foreach._LIST_PLANS.clear()
+    plans = _counts()[0]
+    for _ in range(2):
+        outs = step(wps, wgs)
+        want = step(ps, gs)
+        lazydev.mark_step()
+        for got, exp in zip([*wps, *wgs, *outs], [*ps, *gs, *want]):
+            assert_same(got, exp)
+    assert _counts()[0] == plans                  # element plans were made by the first step
+    assert len(foreach._LIST_PLANS) == 7 and None not in foreach._LIST_PLANS.values()

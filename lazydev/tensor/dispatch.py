@@ -458,7 +458,9 @@ def _write_back(target, res):
 def foreach_op(func, args, kwargs):
     """_foreach_X(lists...) -> [X(elements...)], recorded per element (tensor/foreach.py; the
     generic path below calls the element op through torch for the overloads it cannot map)."""
-    out = foreach.run(func, args, kwargs, dispatch, _fast_element(func))
+    out = _planned_foreach(func, args, kwargs)
+    if out is NotImplemented:
+        out = foreach.run(func, args, kwargs, dispatch)
     if out is not NotImplemented:
         return out
     name = func._schema.name.split("::")[1][len("_foreach_"):]
@@ -480,23 +482,27 @@ def foreach_op(func, args, kwargs):
     return out
 
 
-def _fast_element(func):
-    """A foreach op's per-element recorder for in-place element ops (tensor/foreach.py), or
-    None: outside a backward pass, with no deferred error, an in-place element replays its plan
-    directly; dispatch's checks hold for the whole call."""
+def _planned_foreach(func, args, kwargs):
+    """func through its foreach plan (tensor/foreach.py, Note [Foreach plans]) when its element
+    op is in place or lowered, outside a backward pass and with no deferred error (dispatch's
+    per-op checks, made once for the call); else NotImplemented."""
     found = foreach.layout(func)
     if found is None or _deferred or torch._C._current_graph_task_id() != -1:
-        return None
+        return NotImplemented
     elem = found[0]
-    if _HANDLERS.get(elem) is None:
-        _HANDLERS[elem] = _choose(elem)
-    if _HANDLERS[elem] is not inplace_op:
-        return None
-    fn, positions = functional_variant(elem), _mutated_positions(elem)
+    handler = _HANDLERS.get(elem)
+    if handler is None:
+        handler = _HANDLERS[elem] = _choose(elem)
+    if handler is inplace_op:
+        fn, positions = functional_variant(elem), _mutated_positions(elem)
+    elif handler is lowered_op:
+        fn, positions = None, None
+    else:
+        return NotImplemented
 
-    def fast(elem, args, kwargs):
-        return replay.run_inplace(elem, fn, positions, args, kwargs)
-    return fast
+    def element_plan(e, a, kw):
+        return replay.element_plan(e, fn, positions, a, kw)
+    return foreach.run_planned(func, args, kwargs, element_plan, positions)
 
 
 def fallback_op(func, args, kwargs, why="no lowering"):

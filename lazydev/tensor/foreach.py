@@ -11,6 +11,8 @@ import torch
 import torch.optim.optimizer as _optimizer
 
 from ..trace import state
+from . import replay
+from .wse_tensor import WseTensor, from_node, value, write
 
 aten = torch.ops.aten
 
@@ -66,10 +68,20 @@ def _match(func, elem):
     return elem, args, bool(func._schema.returns)
 
 
-def run(func, args, kwargs, dispatch, fast=None):
-    """Record func element by element through `dispatch`, or return NotImplemented. `fast(elem,
-    args, kwargs)`, if given, records one element straight through its replay plan (skipping
-    dispatch's per-op work, done once here for the whole list) or returns None."""
+def _element_args(args, arg_layout, kwargs, i):
+    """Positional and keyword arguments of element i."""
+    pos, kw = [], dict(kwargs)
+    for a, (is_list, kwname) in zip(args, arg_layout):
+        v = a[i] if is_list else a
+        if kwname is None:
+            pos.append(v)
+        else:
+            kw[kwname] = v
+    return tuple(pos), kw
+
+
+def run(func, args, kwargs, dispatch):
+    """Record func element by element through `dispatch`, or return NotImplemented."""
     found = layout(func)
     if found is None:
         return NotImplemented
@@ -80,20 +92,137 @@ def run(func, args, kwargs, dispatch, fast=None):
     tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
     try:
         for i in range(n):
-            pos, kw = [], dict(kwargs)
-            for a, (is_list, kwname) in zip(args, arg_layout):
-                v = a[i] if is_list else a
-                if kwname is None:
-                    pos.append(v)
-                else:
-                    kw[kwname] = v
-            pos = tuple(pos)
-            r = fast(elem, pos, kw) if fast is not None else None
-            if r is None:
-                r = dispatch(elem, pos, kw)
-            else:
-                tr.nodes += 1
-            out.append(r)
+            out.append(dispatch(elem, *_element_args(args, arg_layout, kwargs, i)))
     finally:
         tr.shared_scalars = None
     return out if returns_list else None
+
+
+# Note [Foreach plans]
+# An optimizer's _foreach_ calls record the same element ops on the same parameters every step.
+# Recorded element by element, each element paid a signature, a plan lookup and dispatch's
+# handler walk: about 5 us hot, and AdamW records 432 elements a step in the transformer. So a
+# call is keyed once, on every element's signature together (its arguments' parts, as
+# replay.signature makes them), and its value holds each element's replay plan and where the
+# element's tensors and floats come from among the call's arguments. Replaying it costs, per
+# element, the plan's nodes and the write. A call with an argument a plan does not take (a CPU
+# tensor, a list of floats where an element takes a list) is recorded element by element.
+_LIST_PLANS: dict = {}      # key -> ListPlan, or None (record element by element)
+_MAX_LIST_PLANS = 2000
+
+
+class _Refused(Exception):
+    pass
+
+
+class ListPlan:
+    """Per element: its Plan and the indices of its tensors and floats in its value list (the
+    element's arguments, in signature order); `targets`: the value indices an in-place element
+    writes, or None for a functional op."""
+
+    __slots__ = ("elements", "targets")
+
+    def __init__(self, elements, targets):
+        self.elements, self.targets = elements, targets
+
+
+def _sources(args, arg_layout, kwargs):
+    """(is_list, value) per element argument in the order replay.signature walks an element's
+    arguments: positional, then keyword (the call's own, then those taken from its lists)."""
+    pos = [(l, a) for a, (l, kw) in zip(args, arg_layout) if kw is None]
+    named = [(kw, l, a) for a, (l, kw) in zip(args, arg_layout) if kw is not None]
+    if any(kw in kwargs for kw, _, _ in named):
+        raise _Refused              # given twice: the element's keyword order would differ
+    return pos + [(False, v) for v in kwargs.values()] + [(l, a) for _, l, a in named]
+
+
+def _part(v):
+    t = type(v)
+    if t is WseTensor:
+        return v._lz_meta
+    if t is float:
+        return replay._float_part(v)
+    if t is bool:
+        return (bool, v)
+    if t is int or v is None or t in replay._ATOMS:
+        return v
+    if (t is list or t is tuple) and all(type(x) is int for x in v):
+        return (t, tuple(v))
+    raise _Refused
+
+
+def _key(func, sources) -> tuple:
+    key = [func]
+    for is_list, a in sources:
+        key.append(tuple([_part(x) for x in a]) if is_list else _part(a))
+    return tuple(key)
+
+
+def run_planned(func, args, kwargs, element_plan, inplace):
+    """Record func through its ListPlan (Note [Foreach plans]), or return NotImplemented.
+    `element_plan(elem, args, kwargs)`: replay's (plan, tensors, floats) or None; `inplace`: the
+    element op's written positions, or None for a functional op."""
+    found = layout(func)
+    if found is None:
+        return NotImplemented
+    elem, arg_layout, returns_list = found
+    try:
+        sources = _sources(args, arg_layout, kwargs)
+        key = _key(func, sources)
+    except (_Refused, TypeError):
+        return NotImplemented
+    n = next((len(a) for is_list, a in sources if is_list), 0)
+    plan = _LIST_PLANS.get(key, False)
+    if plan is False:
+        plan = _new_list_plan(key, elem, args, arg_layout, kwargs, sources, n, element_plan,
+                              inplace)
+    if plan is None:
+        return NotImplemented
+    out = _replay(plan, sources)
+    return out if returns_list else None
+
+
+def _new_list_plan(key, elem, args, arg_layout, kwargs, sources, n, element_plan, inplace):
+    elements = []
+    for i in range(n):
+        found = element_plan(elem, *_element_args(args, arg_layout, kwargs, i))
+        vals = [a[i] if is_list else a for is_list, a in sources]
+        tensors = tuple(j for j, v in enumerate(vals) if type(v) is WseTensor)
+        floats = tuple(j for j, v in enumerate(vals) if type(v) is float)
+        # The plan's inputs must be exactly what the indices pick, in its order.
+        if found is None or [vals[j] for j in tensors] != found[1] \
+                or [vals[j] for j in floats] != found[2]:
+            elements = None
+            break
+        elements.append((found[0], tensors, floats))
+    targets = None
+    if inplace is not None:
+        n_pos = sum(kw is None for _, kw in arg_layout[:len(args)])
+        if any(p >= n_pos for p in inplace):
+            elements = None         # a written keyword argument: not from the lists' order
+        targets = tuple(inplace)
+    plan = ListPlan(elements, targets) if elements is not None else None
+    if len(_LIST_PLANS) >= _MAX_LIST_PLANS:
+        _LIST_PLANS.clear()
+    _LIST_PLANS[key] = plan
+    return plan
+
+
+def _replay(plan: ListPlan, sources):
+    tr = state.current()
+    tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
+    targets, out = plan.targets, []
+    try:
+        for i, (p, tensors, floats) in enumerate(plan.elements):
+            vals = [a[i] if is_list else a for is_list, a in sources]
+            res = p.run([value(vals[j]) for j in tensors], [vals[j] for j in floats])
+            if targets is None:
+                out.append(from_node(res) if type(res) is not tuple else
+                           tuple([None if r is None else from_node(r) for r in res]))
+                continue
+            for j, r in zip(targets, res if type(res) is tuple else (res,)):
+                write(vals[j], r)
+    finally:
+        tr.shared_scalars = None
+    tr.nodes += len(plan.elements)
+    return out

@@ -302,6 +302,16 @@ def _replay(func, args, kwargs, make):
     return plan.run([value(t) for t in tensors], floats)
 
 
+def element_plan(func, fn, positions, args, kwargs):
+    """(plan, tensors, floats) that run_inplace (`fn` the functional variant written back at
+    `positions`) or, with `fn` None, run_lowered would replay for this call; or None."""
+    if fn is None:
+        return _lookup(func, args, kwargs,
+                       lambda ts: build(func, LOWERINGS[func], args, kwargs, len(ts)))
+    return _lookup(func, args, kwargs,
+                   lambda ts: _inplace_plan(fn, positions, args, kwargs, ts))
+
+
 def run_lowered(func, args, kwargs):
     """A functional op through its plan: its new wse tensor(s), or None (general path)."""
     out = _replay(func, args, kwargs,
