@@ -82,6 +82,23 @@ def test_rewritten_view_patterns_match_cpu(case):
     assert_same(fns[case](x.to("wse")), fns[case](x))
 
 
+@pytest.mark.parametrize("cat", [False, True])
+def test_merged_heads_read_in_split_row_loops(cat):
+    """Note [Split row loops]: heads of 64 read as 256 columns split the row loop into 4 x 64,
+    so the inner loop's reads need no division; values as on the CPU."""
+    x = torch.randn(8, 4, 128, 64, generator=torch.Generator().manual_seed(0))
+
+    def merged(t):
+        m = t.transpose(1, 2).reshape(8, 128, 256)
+        return torch.cat([m, m * 3], dim=-1) if cat else m * 2
+    assert_same(merged(x.to("wse")), merged(x))
+    code = "\n".join(last_compiled["units"])
+    assert "for (int64_t jl = 0; jl < 64; jl++)" in code, code
+    inner = code[code.index("for (int64_t jl"):]
+    inner = inner[:inner.index("}")]
+    assert "/" not in inner and "%" not in inner, inner
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool])
 def test_min_max_reductions_vectorise_and_keep_nan(dtype):
     x = torch.randn(64, 33) * 10
