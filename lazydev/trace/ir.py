@@ -143,7 +143,9 @@ class Node:
         set_src(self, src)
         set_arg(self, arg)
         n = len(src)            # the common arities spelled out: a fifth of a node's cost
-        if n == 1:
+        if n == 0:
+            set_key(self, hash((local,)))
+        elif n == 1:
             set_key(self, hash((local, src[0].key)))
         elif n == 2:
             set_key(self, hash((local, src[0].key, src[1].key)))
