@@ -189,9 +189,10 @@ def _new_list_plan(key, elem, args, arg_layout, kwargs, sources, n, element_plan
         vals = [a[i] if is_list else a for is_list, a in sources]
         tensors = tuple(j for j, v in enumerate(vals) if type(v) is WseTensor)
         floats = tuple(j for j, v in enumerate(vals) if type(v) is float)
-        # The plan's inputs must be exactly what the indices pick, in its order.
-        if found is None or [vals[j] for j in tensors] != found[1] \
-                or [vals[j] for j in floats] != found[2]:
+        # The plan's inputs must be exactly what the indices pick, in its order (compared by
+        # identity: == on wse tensors would record an op).
+        if found is None or not _same([vals[j] for j in tensors], found[1]) \
+                or not _same([vals[j] for j in floats], found[2]):
             elements = None
             break
         elements.append((found[0], tensors, floats))
@@ -206,6 +207,10 @@ def _new_list_plan(key, elem, args, arg_layout, kwargs, sources, n, element_plan
         _LIST_PLANS.clear()
     _LIST_PLANS[key] = plan
     return plan
+
+
+def _same(xs: list, ys: list) -> bool:
+    return len(xs) == len(ys) and all(x is y for x, y in zip(xs, ys))
 
 
 def _replay(plan: ListPlan, sources):
