@@ -502,7 +502,7 @@ def _planned_foreach(func, args, kwargs):
 
     def element_plan(e, a, kw):
         return replay.element_plan(e, fn, positions, a, kw)
-    return foreach.run_planned(func, args, kwargs, element_plan, positions)
+    return foreach.run_planned(func, found, args, kwargs, element_plan, positions)
 
 
 def fallback_op(func, args, kwargs, why="no lowering"):

@@ -105,8 +105,9 @@ def run(func, args, kwargs, dispatch):
 # call is keyed once, on every element's signature together (its arguments' parts, as
 # replay.signature makes them), and its value holds each element's replay plan and where the
 # element's tensors and floats come from among the call's arguments. Replaying it costs, per
-# element, the plan's nodes and the write. A call with an argument a plan does not take (a CPU
-# tensor, a list of floats where an element takes a list) is recorded element by element.
+# element, the plan's nodes and the write. A call is recorded element by element when an
+# argument has no signature part (a CPU tensor), when an element has no plan, or when a plan's
+# inputs are not the call's own arguments (a wrapped number's value, a float inside a list).
 _LIST_PLANS: dict = {}      # key -> ListPlan, or None (record element by element)
 _MAX_LIST_PLANS = 2000
 
@@ -136,40 +137,28 @@ def _sources(args, arg_layout, kwargs):
     return pos + [(False, v) for v in kwargs.values()] + [(l, a) for _, l, a in named]
 
 
-def _part(v):
-    t = type(v)
-    if t is WseTensor:
-        return v._lz_meta
-    if t is float:
-        return replay._float_part(v)
-    if t is bool:
-        return (bool, v)
-    if t is int or v is None or t in replay._ATOMS:
-        return v
-    if (t is list or t is tuple) and all(type(x) is int for x in v):
-        return (t, tuple(v))
-    raise _Refused
-
-
 def _key(func, sources) -> tuple:
-    key = [func]
+    """Every element's signature parts at once, made by replay's own `_part` (so the key tells
+    apart whatever an element's signature does); the tensors and floats it collects are not
+    needed here."""
+    key, tensors, floats = [func], [], []
+    part = replay._part
     for is_list, a in sources:
-        key.append(tuple([_part(x) for x in a]) if is_list else _part(a))
+        key.append(tuple([part(x, tensors, floats) for x in a]) if is_list
+                   else part(a, tensors, floats))
     return tuple(key)
 
 
-def run_planned(func, args, kwargs, element_plan, inplace):
+def run_planned(func, found, args, kwargs, element_plan, inplace):
     """Record func through its ListPlan (Note [Foreach plans]), or return NotImplemented.
-    `element_plan(elem, args, kwargs)`: replay's (plan, tensors, floats) or None; `inplace`: the
-    element op's written positions, or None for a functional op."""
-    found = layout(func)
-    if found is None:
-        return NotImplemented
+    `found`: func's layout(); `element_plan(elem, args, kwargs)`: replay's (plan, tensors,
+    floats) or None; `inplace`: the element op's written positions, or None for a functional
+    op."""
     elem, arg_layout, returns_list = found
     try:
         sources = _sources(args, arg_layout, kwargs)
         key = _key(func, sources)
-    except (_Refused, TypeError):
+    except (_Refused, replay._NotReplayable, TypeError):
         return NotImplemented
     n = next((len(a) for is_list, a in sources if is_list), 0)
     plan = _LIST_PLANS.get(key, False)
