@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- ABI shared with the runtime ------------------------------------- */
 
@@ -60,15 +61,23 @@ enum {
 
 /* The single entry point every generated program exports. It runs the program's kernel calls
    from *next on, in order, and leaves *next at the first call not run. Before each call it
-   reads *stop: when set, it returns WSE_PAUSED, and a later call (from any thread) resumes
-   there (Note [Who runs a program] in lazydev/runtime/queue.py). */
+   reads stop[0]: when set, it returns WSE_PAUSED, and a later call (from any thread) resumes
+   there (Note [Who runs a program] in lazydev/runtime/queue.py). When stop[1] is nonzero it
+   also pauses before a call whose last run took more than stop[1] microseconds: a worker that
+   runs on one thread leaves long calls to a host that may soon wait for them. */
 typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
                             const double* scalars, int64_t* errinfo, int32_t* next,
                             const volatile int32_t* stop);
 
 /* Entry-point return codes; details go to errinfo[0..3]. */
 #define WSE_OK 0
-#define WSE_PAUSED (-1)  /* *stop was set: resume from *next */
+#define WSE_PAUSED (-1)  /* stop[] said so: resume from *next */
+
+static inline int64_t wse_clock_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 #define WSE_ERR_INDEX 1    /* errinfo[0] = index value, errinfo[1] = dim size */
 #define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
 #define WSE_ERR_LINALG 3   /* errinfo[0] = LAPACK info, [1] = batch index, [2] = check id */

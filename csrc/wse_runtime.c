@@ -12,6 +12,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define WSE_ALIGN 64
 #define WSE_HEADER 64 /* a full alignment unit, so the user pointer stays aligned */
@@ -276,6 +279,21 @@ int wse_team_blas_load(const char* path) {
 }
 
 /* ---- start-up --------------------------------------------------------------- */
+
+/* Note [One OpenMP team]
+   libgomp spins only briefly (100 rounds, against 300000) in every team once the process has
+   more of its threads than CPUs; a team thread then sleeps between parallel regions and each
+   region pays a futex wake-up, 25-60 us on this machine's VM.  A second thread that forks a
+   team of its own (the execution queue's worker) throttles every team for the rest of the
+   process: the MLP step's small kernels took 4x longer, and torch's own eager ops on the host
+   slowed by a quarter (MLP 6.2 -> 8.2 ms, transformer 115 -> 150 ms).  So only the host, the
+   thread torch's eager ops also run on, forks; the worker runs what it runs on one thread,
+   and the host takes the rest over (Note [Who runs a program] in runtime/queue.py). */
+void wse_serial_thread(void) {
+#ifdef _OPENMP
+  omp_set_num_threads(1);   /* this thread's own setting: generated loops and MKL follow it */
+#endif
+}
 
 /* Device initialisation: start the OpenMP thread pool and let OpenBLAS allocate its buffers
    now (tens of milliseconds on first use), not inside the first step's program. */

@@ -43,6 +43,7 @@ int   wse_blas_load(const char* path);
    for GEMM: 0 ok, 1 not loaded, 2 symbol missing.  LAPACK stays with OpenBLAS. */
 int   wse_team_blas_load(const char* path);
 void  wse_warmup(void);                 /* start the OpenMP pool and OpenBLAS buffers */
+void  wse_serial_thread(void);          /* kernels this thread runs fork no team of its own */
 const char* wse_prefix_source(void);  /* defined by the cffi build (_build.py) */
 
 /* ---- internal: shared between wse_runtime.c and wse_kernels.c ------------- */

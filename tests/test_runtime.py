@@ -684,6 +684,99 @@ def test_a_generated_program_pauses_between_kernel_calls_and_resumes_there(cdir)
     assert x.to_tensor(torch.float32, (1,)).item() == 15.0
 
 
+def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
+    """stop[1] (csrc/wse_prefix.h): a run with a limit pauses before any call whose last run
+    took longer, and one without runs on from there."""
+    from lazydev.compile.kernels import KERNEL_ARGS
+    from lazydev.compile.program import _entry
+    kernels = ("WSE_KERNEL int k0(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
+               "  x[0] += 1.0f;\n  return 0;\n}\n"
+               "WSE_KERNEL int k1(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
+               "  const int64_t t0 = wse_clock_ns();\n"
+               "  while (wse_clock_ns() - t0 < 3000000) {}\n  x[0] *= 10.0f;\n  return 0;\n}\n")
+    calls = [(0, [0], []), (1, [0], []), (0, [0], [])]             # x -> (x + 1) * 10 + 1
+    body = ('#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"\n'
+            '#define WSE_KERNEL __attribute__((visibility("hidden")))\n' + kernels
+            + _entry(1, calls, 2))
+    prog = build_program(cdir, "limited", body)
+    x = Buffer.from_tensor(torch.tensor([0.0]))
+    assert prog.start([x, Buffer(64)], []).resume(limit_us=500) is True   # no times yet: 11
+    run = prog.start([x, Buffer(64)], [])
+    assert run.resume(limit_us=500) is False                          # stops before the 3 ms
+    assert x.to_tensor(torch.float32, (1,)).item() == 12.0
+    assert run.resume(limit_us=10**6) is True                         # under this limit
+    assert x.to_tensor(torch.float32, (1,)).item() == 121.0
+
+
+def _on_worker(q, fn):
+    """Run fn as a job nobody waits for, so the worker runs it; the thread that ran it."""
+    where = []
+    ticket = q.submit(lambda: where.append((fn(), threading.current_thread().name)))
+    deadline = time.monotonic() + 10
+    while not ticket.done.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert ticket.done.is_set() and ticket.error is None
+    return where[0][1]
+
+
+def test_the_worker_forks_no_openmp_team_of_its_own(gemm_prog, monkeypatch):
+    """Note [One OpenMP team] (csrc/wse_runtime.c): a team forked by the worker would make
+    libgomp throttle every team in the process. A GEMM big enough to fork, run by the worker,
+    starts no thread, and is right."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    q = Q.ExecQueue()
+    assert _on_worker(q, lambda: None) == "lazydev-exec"           # the worker thread exists
+    n = 256
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    bufs = [Buffer.from_tensor(a), Buffer.from_tensor(b), Buffer(n * n * 4)]
+    scalars = [32, 1, 0, 0, n, n, n, 1.0, n, 0, n, 0, 0.0, n, 0]
+    threads = set(os.listdir("/proc/self/task"))
+    assert _on_worker(q, lambda: gemm_prog.run(bufs, scalars)) == "lazydev-exec"
+    assert set(os.listdir("/proc/self/task")) == threads
+    torch.testing.assert_close(bufs[2].to_tensor(torch.float32, (n, n)), a @ b,
+                               rtol=1e-4, atol=1e-4)
+    q.shutdown()
+
+
+class _Limited:
+    """A job that stops at its first call as if it were long, whenever it runs with a limit."""
+
+    def __init__(self):
+        self.runs = []
+
+    def pause(self):
+        pass
+
+    def resume(self, unpause=False, limit_us=0):
+        self.runs.append((limit_us, threading.current_thread().name))
+        return limit_us == 0
+
+
+def test_the_worker_leaves_a_long_call_to_the_host_and_runs_it_whole_if_none_comes(
+        monkeypatch):
+    """Note [Who runs a program]: a fresh job runs on the worker under WORKER_LIMIT_US; stopped
+    at a long call it waits for a host, which runs it without a limit; if no host comes within
+    ORPHAN_GRACE the worker runs it without one."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    monkeypatch.setattr(Q, "ORPHAN_GRACE", 0.01)
+    q, job = Q.ExecQueue(), _Limited()
+    ticket = q.submit(job)
+    deadline = time.monotonic() + 10
+    while not ticket.done.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert job.runs == [(Q.WORKER_LIMIT_US, "lazydev-exec"), (0, "lazydev-exec")]
+    monkeypatch.setattr(Q, "ORPHAN_GRACE", 60.0)
+    job = _Limited()
+    ticket = q.submit(job)
+    while not job.runs:
+        time.sleep(0.001)
+    assert q.wait(ticket) == [] and job.runs == [(Q.WORKER_LIMIT_US, "lazydev-exec"),
+                                                 (0, "MainThread")]
+    q.shutdown()
+
+
 class _Steps:
     """A resumable job of `n` steps that records which thread ran each step."""
 
@@ -693,7 +786,7 @@ class _Steps:
     def pause(self):
         self.stop = True
 
-    def resume(self, unpause=False):
+    def resume(self, unpause=False, limit_us=0):
         if unpause:
             self.stop = False
         while self.next < self.n:

@@ -64,10 +64,10 @@ class _Job:
     def pause(self) -> None:
         self.run.pause()
 
-    def resume(self, unpause: bool = False) -> bool:
+    def resume(self, unpause: bool = False, limit_us: int = 0) -> bool:
         t0 = time.perf_counter()
         try:
-            return self.run.resume(unpause)
+            return self.run.resume(unpause, limit_us)
         finally:
             dt = time.perf_counter() - t0
             self.stats["execute_s"] += dt

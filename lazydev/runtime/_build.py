@@ -39,6 +39,7 @@ int     wse_team_blas_load(const char* path);
 const char* wse_prefix_source(void);
 const char* wse_special_source(void);
 void    wse_warmup(void);
+void    wse_serial_thread(void);
 """
 
 

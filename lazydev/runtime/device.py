@@ -305,17 +305,19 @@ class Run:
         self._sc = ffi.new("double[]", vals or [0.0])
         self._err = ffi.new("int64_t[4]")
         self._next = ffi.new("int32_t*", 0)
-        self._stop = ffi.new("int32_t*", 0)
+        self._stop = ffi.new("int32_t[2]")     # pause flag, long-call limit (wse_prefix.h)
 
     def pause(self) -> None:
         """Ask the thread running it to stop before its next kernel call (any thread)."""
         self._stop[0] = 1
 
-    def resume(self, unpause: bool = False) -> bool:
+    def resume(self, unpause: bool = False, limit_us: int = 0) -> bool:
         """Run on from where it stopped; True when finished, False when paused (a pause asked
-        before this call counts, unless `unpause`). Raises the program's error."""
+        before this call counts, unless `unpause`). With `limit_us` it also pauses before a
+        call whose last run took longer. Raises the program's error."""
         if unpause:
             self._stop[0] = 0
+        self._stop[1] = limit_us
         rc = lib.wse_program_run(self._entry, self._bufs, self._sc, self._err, self._next,
                                  self._stop)
         if rc == PAUSED:

@@ -18,28 +18,31 @@ import collections
 import threading
 import time
 
+from .device import lib
+
 
 # Note [Who runs a program]
-# A program run by the worker thread took 1.5-2x as long as the same program run by the host
-# thread (CNN step: 5.2 vs 2.9 ms; a bare loop of 75 OpenMP regions called through ctypes: 7-11
-# vs 4.3 ms). Not because of the thread itself: beside an idle main thread the MLP's program
-# takes the same time on either (8.8 ms, `benchmarks/kernel_profile.py --thread`). Beside a main
-# thread running Python it takes 20.8 ms: the worker's OpenMP team shares a core with the
-# tracing thread, and a thread woken while the host runs Python waits up to the interpreter's
-# switch interval (5 ms) for the GIL before it can start or finish a job. So the host runs what
-# it waits for:
+# Only the host forks OpenMP teams (Note [One OpenMP team] in csrc/wse_runtime.c): a worker
+# team of its own would throttle every team in the process. So the worker runs on one thread,
+# beside the host's tracing on the other core, and the host runs what it waits for with both:
 # - a job the worker has not started, the host takes whole; the worker leaves each job
 #   HOST_GRACE seconds before starting it, so "mark_step(), then read the loss" never splits;
 # - a job the worker is running, the host asks to pause (the program stops between two kernel
-#   calls, csrc/wse_prefix.h) and runs on from the first call not run. Pipelined CNN steps (loss
-#   read a step late): 6.8-7.8 -> 5.3-5.8 ms; MLP unchanged (its kernels are a few long GEMMs).
-# A worker on one thread, leaving the other core to tracing, measured slower in both (MLP 14-15
-# ms: the host then waits for a single-threaded GEMM before it can take over).
-# A job has `resume(unpause) -> finished` and `pause()`; a plain callable runs whole. A paused job
-# nobody takes (its host's wait was interrupted) goes back to the worker after ORPHAN_GRACE, so
-# the queue never stalls with every later step's buffers held.
+#   calls, csrc/wse_prefix.h) and runs on from the first call not run.
+# The host can take over only between calls, so the worker does not start a call whose last run
+# took more than WORKER_LIMIT_US: it pauses there and leaves the job to the host (a one-thread
+# GEMM or the 20-op chain's single loop ran 2-9 ms while the host waited: pipelined MLP 11.7
+# and chain 17.5 ms, against 7.4 and 9.2 synchronous). Pipelined steps (loss read a step late)
+# against the two-thread worker team before: MLP 8.9 -> 7.5 ms, CNN 6.8 -> 6.6, transformer
+# 128 -> 122, chain 9.0 -> 9.1 (`benchmarks/run.py`). On two cores the overlap buys little:
+# tracing holds one core and the GIL, and a worker that wakes takes the GIL from it.
+# A job has `resume(unpause, limit_us) -> finished` and `pause()`; a plain callable runs whole.
+# A paused job nobody takes (its host's wait was interrupted, or it stopped at a long call and
+# no host came) goes back to the worker after ORPHAN_GRACE, without the limit, so the queue never
+# stalls with every later step's buffers held.
 HOST_GRACE = 0.0003
 ORPHAN_GRACE = 0.05
+WORKER_LIMIT_US = 500
 
 
 class Cancelled(RuntimeError):
@@ -68,7 +71,7 @@ class _Whole:
     def pause(self) -> None:
         pass
 
-    def resume(self, unpause: bool = False) -> bool:
+    def resume(self, unpause: bool = False, limit_us: int = 0) -> bool:
         self.fn()
         return True
 
@@ -135,6 +138,7 @@ class ExecQueue:
         return job, ticket, paused
 
     def _work(self) -> None:
+        lib.wse_serial_thread()     # Note [One OpenMP team]
         while True:
             with self._cv:
                 got = self._claim(host=False)
@@ -145,7 +149,8 @@ class ExecQueue:
             if job is None:
                 self._finish(ticket)
                 return
-            self._run(job, ticket, unpause=paused)
+            # A job back from a pause nobody took runs whole: no host is coming for it.
+            self._run(job, ticket, unpause=paused, limit_us=0 if paused else WORKER_LIMIT_US)
             job = ticket = got = None
 
     def _finish(self, ticket: Ticket) -> None:
@@ -162,14 +167,14 @@ class ExecQueue:
             self._worker_job = None
             self._cv.notify_all()
 
-    def _run(self, job, ticket: Ticket, unpause: bool) -> None:
+    def _run(self, job, ticket: Ticket, unpause: bool, limit_us: int = 0) -> None:
         t0 = time.perf_counter()
         finished = True
         if self._failed:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
         else:
             try:
-                finished = job.resume(unpause)
+                finished = job.resume(unpause, limit_us)
             except BaseException as e:   # reported to the host at its next wait
                 ticket.error = e
                 self._failed = True
