@@ -343,16 +343,49 @@ def test_cross_entropy_backward_row_loops_vectorise(tmp_path):
     F.cross_entropy(x, y).backward()
     assert_same(xw.grad, x.grad)
     unit = next(u for u in last_compiled["units"] if "wse_expf(" in u and "? " in u)
+    _assert_vectorised(tmp_path, unit, ("for (int64_t j = 0; j < 256",
+                                        "for (int64_t r = 0; r < 256"))
+
+
+def _assert_vectorised(tmp_path, unit: str, heads) -> None:
+    """Every loop of `unit` whose line contains one of `heads` is vectorised by gcc with the
+    flags programs build with."""
     src = tmp_path / "unit.c"
     src.write_text(unit)
     cmd = [build.CC, *build.FLAGS, "-fopt-info-vec-all", str(src), "-o", str(tmp_path / "u.so")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     lines = unit.splitlines()
-    loops = [i + 1 for i, line in enumerate(lines) if "for (int64_t j = 0; j < 256" in line
-             or "for (int64_t r = 0; r < 256" in line]
+    loops = [i for i, line in enumerate(lines) if any(h in line for h in heads)]
     assert loops, unit
-    vectorised = {int(m.split(":")[1]) for m in res.stderr.splitlines()
+    vectorised = {int(m.split(":")[1]) - 1 for m in res.stderr.splitlines()
                   if m.startswith(str(src)) and "loop vectorized" in m}
-    scalar = [n for n in loops if n not in vectorised and n - 1 not in vectorised]
+
+    def end(first):            # the line of the loop's closing brace
+        depth = 0
+        for i in range(first, len(lines)):
+            depth += lines[i].count("{") - lines[i].count("}")
+            if depth == 0:
+                return i
+        return len(lines)
+    # gcc reports a vectorised loop at its own line, the pragma before it, or a statement in it
+    scalar = [i + 1 for i in loops if not any(i - 1 <= v <= end(i) for v in vectorised)]
     assert not scalar, (scalar, res.stderr)
+
+
+def test_embedding_gradient_rows_vectorise(tmp_path):
+    """An embedding's gradient is an accumulating index_put into the weight's rows: the index
+    is loaded and checked once per row and the row's loop vectorises (a flat loop over every
+    element took 303 us for 1024 x 256 in the transformer's step). Values as on the CPU,
+    repeated tokens included."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 256, generator=g, requires_grad=True)
+    tokens = torch.randint(0, 64, (8, 128), generator=g)
+    c = torch.randn(8, 128, 256, generator=g)
+    ww = w.detach().to("wse").requires_grad_()
+    (F.embedding(tokens.to("wse"), ww) * c.to("wse")).sum().backward()
+    lazydev.mark_step()
+    (F.embedding(tokens, w) * c).sum().backward()
+    assert_same(ww.grad, w.grad)
+    unit = next(u for u in last_compiled["units"] if "Node(INDEX_PUT" in u)
+    _assert_vectorised(tmp_path, unit, ("for (int64_t r = 0; r < 256",))
