@@ -64,8 +64,10 @@ class Emitter:
             hi = (int(extent) - 1) // step * step
         inc = f"{var}++" if step == 1 else f"{var} += {step}"
         prev = self.ix.set_range(var, 0, hi)
+        runs = str(extent).isdigit() and int(extent) > 0
         try:
-            with self.b.block(f"for (int64_t {var} = 0; {var} < {extent}; {inc})"):
+            with self.b.block(f"for (int64_t {var} = 0; {var} < {extent}; {inc})",
+                              loop_var=var if runs else None):
                 yield
         finally:
             self.ix.restore(var, prev)
@@ -162,6 +164,12 @@ class Emitter:
             const_exp = c.arg if c.op is Op.CONST and isinstance(c.arg, int) else None
             return cexpr.round_half(dt, cexpr.pow_expr(dt, a, b, const_exp))
         return cexpr.round_half(dt, cexpr.binary(n.op, dt, a, b))
+
+    def hoisting(self):
+        """Index code made inside goes before the loops it does not depend on (Note [Hoisted
+        lines] in cbuilder.py); not when two pointers may be one buffer, as a load moved before
+        a loop's stores could then read what they would have overwritten."""
+        return contextlib.nullcontext() if self.may_alias else self.b.hoisting()
 
     def fail_if(self, cond: str, code: int, a: str, b: str) -> None:
         self.uses_error = True
@@ -306,7 +314,8 @@ def _pad(e: Emitter, n: Node, idx: Idx) -> str:
 def _gather(e: Emitter, n: Node, idx: Idx) -> str:
     x, index = n.src
     dim = n.arg
-    i = e.checked_index(e.load(index, idx), x.shape[dim])
+    with e.hoisting():
+        i = e.checked_index(e.load(index, idx), x.shape[dim])
     dims = [i if k == dim else e.dim(idx, k) for k in range(len(x.shape))]
     return e.load(x, Idx(x.shape, dims=dims))
 
@@ -321,8 +330,8 @@ def index_nd_dims(e: Emitter, x: Node, indices, arg, idx: Idx) -> list:
     for k in range(len(x.shape)):
         if first <= k < first + count:
             ix = indices[k - first]
-            i = e.load(ix, Idx(ix.shape, dims=bdims))
-            dims.append(e.checked_index(i, x.shape[k]))
+            with e.hoisting():
+                dims.append(e.checked_index(e.load(ix, Idx(ix.shape, dims=bdims)), x.shape[k]))
             if not front and k == first:
                 out_k += ind_nd
         else:

@@ -111,7 +111,7 @@ SPLIT_MIN = 16      # an inner loop of at least one AVX-512 vector of floats
 def _row_loop(e: Emitter, extent: int, body) -> None:
     """`for j` over a row's `extent` columns, running body(j); split in two loops when j is
     divided by a divisor of the row (Note [Split row loops])."""
-    b, mark, known = e.b, len(e.b.lines), len(e.ix.pairs)
+    b, mark, known = e.b, e.b.mark(), len(e.ix.pairs)
     if e.may_alias:
         b.line("#pragma omp simd")
     with e.loop("j", extent):
@@ -119,8 +119,9 @@ def _row_loop(e: Emitter, extent: int, body) -> None:
     m = next((m for v, m in list(e.ix.pairs.values())[known:]
               if v == "j" and SPLIT_MIN <= m < extent and extent % m == 0), None)
     if m is None:
+        b.unmark(mark)
         return
-    del b.lines[mark:]
+    b.rewind(mark)
     with e.loop("jh", extent // m):
         if e.may_alias:
             b.line("#pragma omp simd")
