@@ -442,3 +442,11 @@ def test_embedding_lookup_rows_vectorise(tmp_path):
     _assert_vectorised(tmp_path, unit, ("for (int64_t j = 0; j < 64",))
     with pytest.raises(IndexError, match="out of bounds"):
         F.embedding(tokens.to("wse") + 300, w.to("wse")).cpu()
+
+
+def test_softmax_multiplies_by_the_rows_reciprocal():
+    """As PyTorch's CPU kernel: exp(x - max) times 1 / sum, one division per row."""
+    x = torch.randn(8, 4, 16, 128, generator=torch.Generator().manual_seed(0))
+    assert_same(x.to("wse").softmax(-1), x.softmax(-1))
+    code = "\n".join(last_compiled["units"])
+    assert "Node(DIV" not in code and "Node(MUL" in code, code
