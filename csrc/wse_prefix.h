@@ -72,16 +72,17 @@ typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
 /* Entry-point return codes; details go to errinfo[0..3]. */
 #define WSE_OK 0
 #define WSE_PAUSED (-1)  /* stop[] said so: resume from *next */
+#define WSE_ERR_INDEX 1    /* errinfo[0] = index value, errinfo[1] = dim size */
+#define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
+#define WSE_ERR_LINALG 3   /* errinfo[0] = LAPACK info, [1] = batch index, [2] = check id */
+#define WSE_ERR_NO_LAPACK 4 /* the LAPACK routine could not be loaded */
 
+/* The entry times each call with it (stop[1] above). */
 static inline int64_t wse_clock_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
-#define WSE_ERR_INDEX 1    /* errinfo[0] = index value, errinfo[1] = dim size */
-#define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
-#define WSE_ERR_LINALG 3   /* errinfo[0] = LAPACK info, [1] = batch index, [2] = check id */
-#define WSE_ERR_NO_LAPACK 4 /* the LAPACK routine could not be loaded */
 
 /* Conv parameter slots, so generated code need not hard-code offsets. */
 enum {

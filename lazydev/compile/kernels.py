@@ -537,7 +537,7 @@ def _index_put_rows(e: Emitter, n: Node, row: int) -> None:
     """Indices into x's leading dims (an embedding's gradient): each index position writes one
     contiguous row of x, so its index is loaded and checked once and the row's loop vectorises
     (elements of one row never collide). Rows go in index order, so accumulated values add up
-    in the order of the flat loop, and the last write of a duplicate index wins as there."""
+    in the order of the flat loop."""
     x, v, *indices = n.src
     first, count, ind_nd, front, accumulate = n.arg
     with e.loop("o", v.numel // row):
@@ -547,7 +547,8 @@ def _index_put_rows(e: Emitter, n: Node, row: int) -> None:
                 for k, ix in enumerate(indices)]
         base = e.b.temp("int64_t", f"({e.flat(Idx(x.shape[:count], dims=lead))}) * {row}",
                         prefix="f")
-        e.b.line("#pragma omp simd")
+        if not e.may_alias:         # v may be x's own buffer: let gcc check the overlap
+            e.b.line("#pragma omp simd")
         with e.loop("r", row):
             value = e.load(v, Idx(v.shape, flat=f"o * {row} + r"))
             _write(e, n, f"{base} + r", value, Op.ADD if accumulate else None)
