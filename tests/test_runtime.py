@@ -727,16 +727,44 @@ def test_the_worker_forks_no_openmp_team_of_its_own(gemm_prog, monkeypatch):
     monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
     q = Q.ExecQueue()
     assert _on_worker(q, lambda: None) == "lazydev-exec"           # the worker thread exists
+    run, check = _big_gemm(gemm_prog)
+    threads = set(os.listdir("/proc/self/task"))
+    assert _on_worker(q, run) == "lazydev-exec"
+    assert set(os.listdir("/proc/self/task")) == threads
+    check()
+    q.shutdown()
+
+
+def _big_gemm(gemm_prog):
+    """(run, check): a 256^3 GEMM, enough work to fork a team, and the check of its result."""
     n = 256
     a, b = torch.randn(n, n), torch.randn(n, n)
     bufs = [Buffer.from_tensor(a), Buffer.from_tensor(b), Buffer(n * n * 4)]
     scalars = [32, 1, 0, 0, n, n, n, 1.0, n, 0, n, 0, 0.0, n, 0]
-    threads = set(os.listdir("/proc/self/task"))
-    assert _on_worker(q, lambda: gemm_prog.run(bufs, scalars)) == "lazydev-exec"
-    assert set(os.listdir("/proc/self/task")) == threads
-    torch.testing.assert_close(bufs[2].to_tensor(torch.float32, (n, n)), a @ b,
-                               rtol=1e-4, atol=1e-4)
-    q.shutdown()
+    return (lambda: gemm_prog.run(bufs, scalars),
+            lambda: torch.testing.assert_close(bufs[2].to_tensor(torch.float32, (n, n)), a @ b,
+                                               rtol=1e-4, atol=1e-4))
+
+
+def test_a_program_run_off_the_team_thread_forks_no_team(gemm_prog):
+    """Note [One OpenMP team]: a thread other than the one that started the device's team (a
+    backward hook on autograd's device thread that reads a value) runs programs on one thread."""
+    run, check = _big_gemm(gemm_prog)
+    ready, go, threads = threading.Event(), threading.Event(), []
+
+    def other():
+        ready.set()
+        go.wait(10)
+        run()
+    t = threading.Thread(target=other)
+    t.start()
+    assert ready.wait(10)
+    threads.append(set(os.listdir("/proc/self/task")))      # the new thread included
+    go.set()
+    t.join(10)
+    threads.append(set(os.listdir("/proc/self/task")))
+    assert threads[1] <= threads[0]
+    check()
 
 
 class _Limited:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import threading
 
 import numpy as np
 import torch
@@ -67,6 +68,10 @@ def _load_gemm() -> str:
 blas_library_path = _load_blas()
 gemm_library_path = _load_gemm()
 lib.wse_warmup()    # device initialisation: thread pool and BLAS buffers, before any step
+# The thread whose OpenMP team that started, torch's too: the only one whose programs fork
+# (Note [One OpenMP team] in csrc/wse_runtime.c). Others, as the queue's worker or autograd's
+# device thread syncing inside a backward hook, run programs on one thread.
+TEAM_THREAD = threading.get_ident()
 
 
 class DeviceOutOfMemoryError(RuntimeError):
@@ -318,6 +323,8 @@ class Run:
         if unpause:
             self._stop[0] = 0
         self._stop[1] = limit_us
+        if threading.get_ident() != TEAM_THREAD:
+            lib.wse_serial_thread()
         rc = lib.wse_program_run(self._entry, self._bufs, self._sc, self._err, self._next,
                                  self._stop)
         if rc == PAUSED:

@@ -18,13 +18,12 @@ import collections
 import threading
 import time
 
-from .device import lib
-
 
 # Note [Who runs a program]
-# Only the host forks OpenMP teams (Note [One OpenMP team] in csrc/wse_runtime.c): a worker
-# team of its own would throttle every team in the process. So the worker runs on one thread,
-# beside the host's tracing on the other core, and the host runs what it waits for with both:
+# Only the host forks OpenMP teams (Note [One OpenMP team] in csrc/wse_runtime.c; `Run.resume`
+# in device.py): a worker team of its own would throttle every team in the process. So the
+# worker runs on one thread, beside the host's tracing on the other core, and the host runs
+# what it waits for with both:
 # - a job the worker has not started, the host takes whole; the worker leaves each job
 #   HOST_GRACE seconds before starting it, so "mark_step(), then read the loss" never splits;
 # - a job the worker is running, the host asks to pause (the program stops between two kernel
@@ -138,7 +137,6 @@ class ExecQueue:
         return job, ticket, paused
 
     def _work(self) -> None:
-        lib.wse_serial_thread()     # Note [One OpenMP team]
         while True:
             with self._cv:
                 got = self._claim(host=False)
