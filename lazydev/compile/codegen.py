@@ -324,7 +324,8 @@ def index_nd_dims(e: Emitter, x: Node, indices, arg, idx: Idx) -> list:
     """Positions in x read by aten.index-style indexing at output position idx."""
     first, count, ind_nd, front = arg
     bstart = 0 if front else first
-    bdims = [e.dim(idx, bstart + k) for k in range(ind_nd)]
+    with e.hoisting():
+        bdims = [e.dim(idx, bstart + k) for k in range(ind_nd)]
     dims = []
     out_k = ind_nd if front else 0
     for k in range(len(x.shape)):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 
@@ -522,36 +523,16 @@ def index_put(e: Emitter, n: Node) -> None:
     _copy_base(e, n, x)
     if not accumulate:
         _omp(e.b, v.numel)
-    row = _prod(x.shape[count:])
-    if first == 0 and row > 1:
-        _index_put_rows(e, n, row)
-        return
-    with e.loop("j", v.numel):
-        vi = Idx(v.shape, flat="j")
+    # Indices into x's leading dims (an embedding's gradient): each index position writes one
+    # contiguous row of x, so the loop runs over rows, the index is loaded and checked once per
+    # row (Note [Hoisted lines]) and the row's loop vectorises. Rows go in index order, so
+    # accumulated values add up in the order of the flat loop.
+    row = _prod(x.shape[count:]) if first == 0 else 1
+    with e.loop("o", v.numel // row), (e.loop("r", row) if row > 1 else nullcontext()):
+        vi = Idx(v.shape, flat=f"o * {row} + r" if row > 1 else "o")
         dims = index_nd_dims(e, x, indices, (first, count, ind_nd, front), vi)
         target = e.flat(Idx(x.shape, dims=dims))
         _write(e, n, target, e.load(v, vi), Op.ADD if accumulate else None)
-
-
-def _index_put_rows(e: Emitter, n: Node, row: int) -> None:
-    """Indices into x's leading dims (an embedding's gradient): each index position writes one
-    contiguous row of x, so its index is loaded and checked once and the row's loop vectorises
-    (elements of one row never collide). Rows go in index order, so accumulated values add up
-    in the order of the flat loop."""
-    x, v, *indices = n.src
-    first, count, ind_nd, front, accumulate = n.arg
-    with e.loop("o", v.numel // row):
-        oi = Idx(v.shape[:ind_nd], flat="o")
-        bdims = [e.dim(oi, k) for k in range(ind_nd)]
-        lead = [e.checked_index(e.load(ix, Idx(ix.shape, dims=bdims)), x.shape[k])
-                for k, ix in enumerate(indices)]
-        base = e.b.temp("int64_t", f"({e.flat(Idx(x.shape[:count], dims=lead))}) * {row}",
-                        prefix="f")
-        if not e.may_alias:         # v may be x's own buffer: let gcc check the overlap
-            e.b.line("#pragma omp simd")
-        with e.loop("r", row):
-            value = e.load(v, Idx(v.shape, flat=f"o * {row} + r"))
-            _write(e, n, f"{base} + r", value, Op.ADD if accumulate else None)
 
 
 def scatter(e: Emitter, n: Node) -> None:
