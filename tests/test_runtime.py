@@ -654,8 +654,7 @@ def test_a_host_that_waits_runs_the_queued_jobs_itself_in_order(monkeypatch):
     assert ran == [(0, "MainThread"), (1, "MainThread")]
     monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
     later = q.submit(job(3))                          # wakes the worker, nobody waits
-    while not later.done.is_set():
-        time.sleep(0.001)
+    assert later.done.wait(10)
     assert ran[2:] == [(2, "lazydev-exec"), (3, "lazydev-exec")]
     q.shutdown()
 
@@ -712,10 +711,7 @@ def _on_worker(q, fn):
     """Run fn as a job nobody waits for, so the worker runs it; the thread that ran it."""
     where = []
     ticket = q.submit(lambda: where.append((fn(), threading.current_thread().name)))
-    deadline = time.monotonic() + 10
-    while not ticket.done.is_set() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert ticket.done.is_set() and ticket.error is None
+    assert ticket.done.wait(10) and ticket.error is None     # the worker runs it: none waits
     return where[0][1]
 
 
@@ -791,9 +787,7 @@ def test_the_worker_leaves_a_long_call_to_the_host_and_runs_it_whole_if_none_com
     monkeypatch.setattr(Q, "ORPHAN_GRACE", 0.01)
     q, job = Q.ExecQueue(), _Limited()
     ticket = q.submit(job)
-    deadline = time.monotonic() + 10
-    while not ticket.done.is_set() and time.monotonic() < deadline:
-        time.sleep(0.001)
+    ticket.done.wait(10)
     assert job.runs == [(Q.WORKER_LIMIT_US, "lazydev-exec"), (0, "lazydev-exec")]
     monkeypatch.setattr(Q, "ORPHAN_GRACE", 60.0)
     job = _Limited()
@@ -844,8 +838,7 @@ def test_a_host_that_waits_takes_over_the_job_the_worker_is_running(monkeypatch)
         "MainThread"}
     alone, done = [], threading.Event()
     whole = q.submit(_Steps(3, alone, done))           # nobody waits: the worker runs it all
-    while not whole.done.is_set():
-        time.sleep(0.001)
+    assert whole.done.wait(10)
     assert [name for _, name in alone] == ["lazydev-exec"] * 3
     q.shutdown()
 
@@ -861,9 +854,7 @@ def test_a_job_paused_for_a_host_that_never_takes_it_goes_back_to_the_worker(mon
     after = q.submit(lambda: ran.append(("after", threading.current_thread().name)))
     assert started.wait(10)
     job.pause()                                        # as a host would, then never waits
-    deadline = time.monotonic() + 10
-    while not after.done.is_set() and time.monotonic() < deadline:
-        time.sleep(0.001)
+    after.done.wait(10)
     assert ticket.done.is_set() and after.done.is_set() and ticket.error is None
     assert [k for k, _ in ran] == list(range(50)) + ["after"]
     assert {name for _, name in ran} == {"lazydev-exec"}
