@@ -321,23 +321,23 @@ def _gather(e: Emitter, n: Node, idx: Idx) -> str:
 
 
 def index_nd_dims(e: Emitter, x: Node, indices, arg, idx: Idx) -> list:
-    """Positions in x read by aten.index-style indexing at output position idx."""
+    """Positions in x read by aten.index-style indexing at output position idx. Index code
+    only, so each piece goes before the loops it does not use (Note [Hoisted lines])."""
     first, count, ind_nd, front = arg
     bstart = 0 if front else first
-    with e.hoisting():
-        bdims = [e.dim(idx, bstart + k) for k in range(ind_nd)]
     dims = []
     out_k = ind_nd if front else 0
-    for k in range(len(x.shape)):
-        if first <= k < first + count:
-            ix = indices[k - first]
-            with e.hoisting():
+    with e.hoisting():
+        bdims = [e.dim(idx, bstart + k) for k in range(ind_nd)]
+        for k in range(len(x.shape)):
+            if first <= k < first + count:
+                ix = indices[k - first]
                 dims.append(e.checked_index(e.load(ix, Idx(ix.shape, dims=bdims)), x.shape[k]))
-            if not front and k == first:
-                out_k += ind_nd
-        else:
-            dims.append(e.dim(idx, out_k))
-            out_k += 1
+                if not front and k == first:
+                    out_k += ind_nd
+            else:
+                dims.append(e.dim(idx, out_k))
+                out_k += 1
     return dims
 
 
