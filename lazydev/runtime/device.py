@@ -68,9 +68,10 @@ def _load_gemm() -> str:
 blas_library_path = _load_blas()
 gemm_library_path = _load_gemm()
 lib.wse_warmup()    # device initialisation: thread pool and BLAS buffers, before any step
-# The thread whose OpenMP team that started, torch's too: the only one whose programs fork
-# (Note [One OpenMP team] in csrc/wse_runtime.c). Others, as the queue's worker or autograd's
-# device thread syncing inside a backward hook, run programs on one thread.
+# The thread that owns the OpenMP team wse_warmup started (torch's team too): the only one
+# whose programs fork (Note [One OpenMP team] in csrc/wse_runtime.c). Others, such as the
+# queue's worker or autograd's device thread syncing inside a backward hook, run programs on
+# one thread.
 TEAM_THREAD = threading.get_ident()
 
 
