@@ -440,12 +440,141 @@ static void dw_bwd_weight(const conv_t* c, const float* gy, const float* x, floa
   }
 }
 
+/* ---- direct: few channels ------------------------------------------------
+   Note [Direct convolution]
+   With few channels, im2col + GEMM runs one small GEMM per image (for the
+   CNN's 8 -> 16 channel 3x3 conv: 16 x 196 x 72), where call and packing
+   overheads dominate: 70-85 GFLOP/s.  The direct loops below keep a tile of
+   16 output columns of 8 output channels in vector registers and stream each
+   input row tap past them (one load, 8 broadcast FMAs), on a zero-padded copy
+   of the input so no tap needs a bounds check: 140-170 GFLOP/s on that conv,
+   as fast as torch's oneDNN.  Stride 1, no dilation, one group.  The backward
+   input is the same loop on flipped, channel-swapped weights.  The backward
+   weight stays with the GEMM: a direct form (sums per output channel pair,
+   input channel and tap held in registers over every image) ran 1.1-1.7x
+   slower than it on the CNN's convs.  Each output element is one thread's sum
+   in a fixed order, so results do not depend on the thread count. */
+#define DC_VL 16
+#define DC_OB 8 /* output channels per forward tile */
+typedef float dc_vec __attribute__((vector_size(DC_VL * sizeof(float)), aligned(4)));
+
+/* The direct loops run when their reduction (channels x taps, either way) is at most
+   DIRECT_MAX_K and they make at least DIRECT_MIN_OUT channels: beyond the first, the GEMM
+   caught up (32 -> 32 channels 3x3 ran as fast either way); below the second, each input load
+   feeds too few FMAs (3 channels out: 1.3x slower than the GEMM). */
+#define DIRECT_MAX_K 288
+#define DIRECT_MIN_OUT 4
+
+static int direct_ok(const conv_t* c, int64_t out_channels) {
+  return c->G == 1 && c->sh == 1 && c->sw == 1 && c->dh == 1 && c->dw == 1 &&
+         c->ph < c->KH && c->pw < c->KW && c->OH > 0 && c->OW > 0 &&
+         (c->C > c->O ? c->C : c->O) * c->KH * c->KW <= DIRECT_MAX_K &&
+         out_channels >= DIRECT_MIN_OUT &&
+         (c->N >= max_threads() || !can_fork(c->N * c->O * c->L * c->K));
+}
+
+typedef struct {
+  int64_t C, H, W, ph, pw; /* input planes and their padding */
+  int64_t Hp, Wp, tiles;   /* padded plane: every 16-wide tile's taps are in bounds */
+} dc_pad_t;
+
+static dc_pad_t dc_pad(int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t KW,
+                       int64_t OW) {
+  dc_pad_t p = {C, H, W, ph, pw, H + 2 * ph, 0, (OW + DC_VL - 1) / DC_VL};
+  p.Wp = p.tiles * DC_VL + KW - 1;
+  return p;
+}
+
+/* The interior of `planes` padded planes from x; their borders stay as they are (zero). */
+static void dc_fill(const dc_pad_t* p, const float* x, int64_t planes, float* xp) {
+  for (int64_t i = 0; i < planes; i++)
+    for (int64_t h = 0; h < p->H; h++)
+      memcpy(xp + (i * p->Hp + h + p->ph) * p->Wp + p->pw, x + (i * p->H + h) * p->W,
+             (size_t)p->W * sizeof(float));
+}
+
+/* y[oc0 + j][oh][ow0 ..] for j < OB: one tile, accumulated over every input channel and tap
+   (constant OB, KH, KW after inlining: the accumulators stay in registers). */
+static inline __attribute__((always_inline)) void dc_tile(
+    int OB, int64_t KH, int64_t KW, const dc_pad_t* p, const float* xp, const float* w,
+    int64_t oc0, int64_t oh, int64_t ow0, float* y, int64_t OH, int64_t OW) {
+  dc_vec acc[DC_OB];
+  for (int j = 0; j < OB; j++) acc[j] = (dc_vec){0};
+  const int64_t taps = KH * KW, wstride = p->C * taps;
+  for (int64_t ic = 0; ic < p->C; ic++)
+    for (int64_t kh = 0; kh < KH; kh++) {
+      const float* xr = xp + (ic * p->Hp + oh + kh) * p->Wp + ow0;
+      const float* wr = w + (oc0 * p->C + ic) * taps + kh * KW;
+      for (int64_t kw = 0; kw < KW; kw++) {
+        const dc_vec xv = *(const dc_vec*)(xr + kw);
+        for (int j = 0; j < OB; j++) acc[j] += wr[j * wstride + kw] * xv;
+      }
+    }
+  const int64_t n = OW - ow0 < DC_VL ? OW - ow0 : DC_VL;
+  for (int j = 0; j < OB; j++) memcpy(y + ((oc0 + j) * OH + oh) * OW + ow0, &acc[j],
+                                      (size_t)n * sizeof(float));
+}
+
+static void dc_row(const dc_pad_t* p, int64_t KH, int64_t KW, const float* xp, const float* w,
+                   int64_t O, int64_t oh, float* y, int64_t OH, int64_t OW) {
+  for (int64_t t = 0; t < p->tiles; t++) {
+    int64_t oc = 0, ow0 = t * DC_VL;
+    if (KH == 3 && KW == 3)
+      for (; oc + DC_OB <= O; oc += DC_OB) dc_tile(DC_OB, 3, 3, p, xp, w, oc, oh, ow0, y, OH, OW);
+    for (; oc + DC_OB <= O; oc += DC_OB) dc_tile(DC_OB, KH, KW, p, xp, w, oc, oh, ow0, y, OH, OW);
+    for (; oc + 4 <= O; oc += 4) dc_tile(4, KH, KW, p, xp, w, oc, oh, ow0, y, OH, OW);
+    for (; oc + 2 <= O; oc += 2) dc_tile(2, KH, KW, p, xp, w, oc, oh, ow0, y, OH, OW);
+    for (; oc < O; oc++) dc_tile(1, KH, KW, p, xp, w, oc, oh, ow0, y, OH, OW);
+  }
+}
+
+/* y (N x O x OH x OW) = x (N x C x H x W) correlated with w (O x C x KH x KW), stride 1. */
+static void dc_forward(const float* x, const float* w, float* y, int64_t N, const dc_pad_t* p,
+                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW) {
+  const size_t bytes = (size_t)(p->C * p->Hp * p->Wp) * sizeof(float);
+  _Pragma("omp parallel if (can_fork(N * O * OH * OW * p->C * KH * KW))")
+  {
+    float* xp = xmalloc(bytes);
+    memset(xp, 0, bytes);
+    _Pragma("omp for schedule(static)")
+    for (int64_t n = 0; n < N; n++) {
+      dc_fill(p, x + n * p->C * p->H * p->W, p->C, xp);
+      for (int64_t oh = 0; oh < OH; oh++)
+        dc_row(p, KH, KW, xp, w, O, oh, y + n * O * OH * OW, OH, OW);
+    }
+    free(xp);
+  }
+}
+
+static void direct_fwd(const conv_t* c, const float* x, const float* w, float* y) {
+  dc_pad_t p = dc_pad(c->C, c->H, c->W, c->ph, c->pw, c->KW, c->OW);
+  dc_forward(x, w, y, c->N, &p, c->O, c->KH, c->KW, c->OH, c->OW);
+}
+
+/* gx = gy correlated with w flipped in both taps and swapped in channels, padded by K - 1 - p:
+   gx[c][ih][iw] = sum over o, kh, kw of gy[o][ih + ph - kh][iw + pw - kw] * w[o][c][kh][kw]. */
+static void direct_bwd_input(const conv_t* c, const float* gy, const float* w, float* gx) {
+  const int64_t taps = c->KH * c->KW;
+  float* wf = xmalloc((size_t)(c->O * c->C * taps) * sizeof(float));
+  for (int64_t o = 0; o < c->O; o++)
+    for (int64_t ch = 0; ch < c->C; ch++)
+      for (int64_t k = 0; k < taps; k++)
+        wf[(ch * c->O + o) * taps + taps - 1 - k] = w[(o * c->C + ch) * taps + k];
+  dc_pad_t p = dc_pad(c->O, c->OH, c->OW, c->KH - 1 - c->ph, c->KW - 1 - c->pw, c->KW, c->W);
+  dc_forward(gy, wf, gx, c->N, &p, c->C, c->KH, c->KW, c->H, c->W);
+  free(wf);
+}
+
 /* ---- entry points ------------------------------------------------------- */
 
 static void conv2d_f32(const float* x, const float* w, float* y, const int64_t* p) {
   conv_t c = conv_unpack(p);
   if (c.depthwise) {
     dw_fwd(&c, x, w, y);
+    return;
+  }
+  if (direct_ok(&c, c.O)) {
+    direct_fwd(&c, x, w, y);
     return;
   }
   for_each_image(&c, fwd_image, x, c.C * c.H * c.W, w, y, c.O * c.L);
@@ -455,6 +584,10 @@ static void conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, con
   conv_t c = conv_unpack(p);
   if (c.depthwise) {
     dw_bwd_input(&c, gy, w, gx);
+    return;
+  }
+  if (direct_ok(&c, c.C)) {
+    direct_bwd_input(&c, gy, w, gx);
     return;
   }
   for_each_image(&c, bwd_input_image, gy, c.O * c.L, w, gx, c.C * c.H * c.W);

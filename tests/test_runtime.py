@@ -358,6 +358,11 @@ CONV_CONFIGS = [
     (16, 4, 8, 8, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1),    # OpenMP over images
     (1, 16, 16, 16, 32, 3, 3, (1, 1), (1, 1), (1, 1), 1),  # one image: GEMM split in tiles
     (64, 16, 3, 3, 32, 3, 3, (1, 1), (1, 1), (1, 1), 2),   # many images, bwd-weight reduce
+    # Direct loops (Note [Direct convolution]): two column tiles with a short last one, output
+    # channel blocks of 8, 4 and 1, unequal kernel sides and padding.
+    (4, 5, 9, 21, 13, 5, 3, (1, 1), (2, 0), (1, 1), 1),
+    (3, 8, 7, 34, 6, 3, 3, (1, 1), (0, 1), (1, 1), 1),   # three tiles; 4 + 2 channels
+    (2, 32, 5, 5, 16, 3, 3, (1, 1), (1, 1), (1, 1), 1),  # the largest direct reduction
 ]
 
 
