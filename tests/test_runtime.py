@@ -363,6 +363,7 @@ CONV_CONFIGS = [
     (4, 5, 9, 21, 13, 5, 3, (1, 1), (2, 0), (1, 1), 1),
     (3, 8, 7, 34, 6, 3, 3, (1, 1), (0, 1), (1, 1), 1),   # three tiles; 4 + 2 channels
     (2, 32, 5, 5, 16, 3, 3, (1, 1), (1, 1), (1, 1), 1),  # the largest direct reduction
+    (3, 4, 6, 18, 5, 3, 2, (1, 1), (1, 1), (1, 1), 1),   # backward weight: a pair and a single
 ]
 
 
