@@ -99,6 +99,27 @@ def test_merged_heads_read_in_split_row_loops(cat):
     assert "/" not in inner and "%" not in inner, inner
 
 
+@pytest.mark.parametrize("case", ["per_channel", "transposed", "row_softmax"])
+def test_short_rows_merge_when_no_read_needs_their_columns(case):
+    """Note [Merged rows]: a per-channel affine + ReLU over 28 x 28 planes runs rows of 784; a
+    read that needs the columns apart (a transposed plane) or a reduction over the last dim
+    keeps rows of 28; values as on the CPU either way."""
+    g = torch.Generator().manual_seed(0)
+    x, s = torch.randn(4, 3, 28, 28, generator=g), torch.randn(1, 3, 1, 1, generator=g)
+    fns = {"per_channel": lambda t, c: torch.relu(t * c + 1),
+           "transposed": lambda t, c: t * c + t.transpose(-1, -2),
+           "row_softmax": lambda t, c: (t * c).softmax(-1) * c}
+    f = fns[case]
+    assert_same(f(x.to("wse"), s.to("wse")), f(x, s))
+    code = "\n".join(last_compiled["units"])
+    merged = "for (int64_t j = 0; j < 784; j++)" in code
+    assert merged == (case == "per_channel"), code
+    assert merged or "for (int64_t j = 0; j < 28; j++)" in code, code
+    if case != "transposed":                      # no rows to merge into
+        empty = torch.randn(4, 3, 0, 28)
+        assert_same(f(empty.to("wse"), s.to("wse")), f(empty, s))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool])
 def test_min_max_reductions_vectorise_and_keep_nan(dtype):
     x = torch.randn(64, 33) * 10
