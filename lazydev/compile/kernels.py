@@ -61,11 +61,12 @@ def pointwise(e: Emitter, n: Node, also=()) -> None:
             for m in outs:
                 _store(e, m, "i", e.compute(m, Idx(m.shape, flat="i")))
         return
-    if inner < MERGE_ROW and len(n.shape) >= 3 and numel and not _row_reduced(e, outs) \
-            and n.op is not Op.CAT:
-        mark, known = b.mark(), len(e.ix.pairs)
-        _rows(e, n, outs, calls, len(n.shape) - 2)
-        if not any(v == "j" for v, _ in list(e.ix.pairs.values())[known:]):
+    # A row reduction reduces the last dim only: its rows cannot merge.
+    if inner < MERGE_ROW and len(n.shape) >= 3 and numel and n.op is not Op.CAT \
+            and not _row_reductions_read(e, outs):
+        mark = b.mark()
+        known = _rows(e, n, outs, calls, len(n.shape) - 2)
+        if len(e.ix.pairs) == known:
             b.unmark(mark)
             return
         b.rewind(mark)
@@ -78,32 +79,21 @@ def pointwise(e: Emitter, n: Node, also=()) -> None:
 # 115 us. When no read in the loop needs the last two coordinates apart (a contiguous read uses
 # the flat index, a per-channel one only the row's coordinates), the last two dims form one row
 # (784 columns) and the loop runs as fast as a long one. Whether some read does is known after
-# emitting: the index algebra splits `j` (Note [Affine indices]); then the loop is emitted again
-# over the last dim alone.
+# emitting: the index algebra splits a column index (Note [Affine indices]); then the loop is
+# emitted again over the last dim alone.
 MERGE_ROW = 64      # last dims shorter than this try a merged row
 
 
-def _row_reduced(e: Emitter, outs) -> bool:
-    """Whether `outs` read a reduction of the row that no kernel stores (Note [Row reductions]
-    in passes.py): it reduces over the last dim only, so its rows cannot merge."""
-    seen, stack = set(), list(outs)
-    while stack:
-        for s in stack.pop().src:
-            if id(s) not in e.ptrs and id(s) not in seen:
-                if s.op in REDUCE:
-                    return True
-                seen.add(id(s))
-                stack.append(s)
-    return False
-
-
-def _rows(e: Emitter, n: Node, outs, calls, lead: int) -> None:
-    """The row loop over n's first `lead` dims, each row the rest of n's dims (one or two)."""
+def _rows(e: Emitter, n: Node, outs, calls, lead: int) -> int:
+    """The row loop over n's first `lead` dims, each row the rest of n's dims (one or two).
+    Returns how many splits the index algebra had made once the row's coordinates were known:
+    any made after are the columns' (Note [Merged rows])."""
     b, inner = e.b, _prod(n.shape[lead:])
     _omp(b, n.numel)
     with e.loop("o", n.numel // inner):
         rows = Idx(n.shape[:lead], flat="o")
         dims = [e.dim(rows, k) for k in range(lead)]
+        known = len(e.ix.pairs)
 
         def at(shape, j):       # the element at column j of row o
             cols = [j] if lead == len(shape) - 1 else [None] * (len(shape) - lead)
@@ -113,16 +103,15 @@ def _rows(e: Emitter, n: Node, outs, calls, lead: int) -> None:
             with e.loop("jb", inner, step=STAGE_TILE):
                 _tile_stages(e, outs, calls, _tile_width(e, "jb", inner),
                              lambda shape, v: at(shape, f"jb + {v}"))
-            return
-        if n.op is Op.CAT and n.arg == len(n.shape) - 1 and not outs[1:]:
+        elif n.op is Op.CAT and n.arg == len(n.shape) - 1 and not outs[1:]:
             _row_cat(e, n, dims)
-            return
-
-        def body(j):
-            for m in outs:
-                idx = at(m.shape, j)
-                _store(e, m, idx.flat, e.compute(m, idx))
-        _row_loop(e, inner, body)
+        else:
+            def body(j):
+                for m in outs:
+                    idx = at(m.shape, j)
+                    _store(e, m, idx.flat, e.compute(m, idx))
+            _row_loop(e, inner, body)
+    return known
 
 
 def _row_cat(e: Emitter, n: Node, dims) -> None:
@@ -360,10 +349,9 @@ def split_reduction(e: Emitter, n: Node, red: int, k: int) -> None:
         _store(e, n, "o", fold.result())
 
 
-def row_reductions(e: Emitter, nodes, dims: list) -> None:
-    """Before the elements of row `o` (coordinates `dims`), a loop per reduction that `nodes`
-    read and no kernel stores, sources first; from then on, a read of one is its value for this
-    row (Note [Row reductions] in passes.py)."""
+def _row_reductions_read(e: Emitter, nodes) -> list:
+    """The reductions `nodes` read that no kernel stores, sources first: each reduces a row
+    (Note [Row reductions] in passes.py)."""
     order, seen = [], set()
 
     def visit(m):
@@ -375,7 +363,13 @@ def row_reductions(e: Emitter, nodes, dims: list) -> None:
                     order.append(s)
     for m in nodes:
         visit(m)
-    for r in order:
+    return order
+
+
+def row_reductions(e: Emitter, nodes, dims: list) -> None:
+    """Before the elements of row `o` (coordinates `dims`), a loop per reduction that `nodes`
+    read and no kernel stores; from then on, a read of one is its value for this row."""
+    for r in _row_reductions_read(e, nodes):
         x, fold, value = r.src[0], _Fold(r), e.b.fresh("t")
         size = x.shape[-1]
         e.b.line(f"{vtype(r.dtype)} {value};")
