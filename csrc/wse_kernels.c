@@ -452,7 +452,7 @@ static void dw_bwd_weight(const conv_t* c, const float* gy, const float* x, floa
    input is the same loop on flipped, channel-swapped weights.  The backward
    weight holds, per output channel pair and input channel, the 2 x 9 sums of a
    3x3 kernel's taps in registers over each image's rows (18 independent FMA
-   chains), and adds them into lane sums per block of images: 265 against
+   chains), and adds them into lane sums per block of images: 265-300 against
    430-510 us for the GEMM.  Each output is summed in a fixed order (weights:
    blocks in order, then lanes), so results do not depend on the thread count. */
 #define DC_VL 16
