@@ -352,7 +352,8 @@ CONV_CONFIGS = [
     (3, 6, 7, 7, 6, 3, 3, (1, 2), (2, 1), (2, 1), 6),     # depthwise: direct loops
     (1, 5, 9, 11, 5, 3, 2, (2, 2), (1, 0), (1, 3), 5),    # depthwise, one image
     (2, 3, 6, 6, 6, 2, 2, (1, 1), (1, 1), (1, 1), 3),     # channel multiplier 2: GEMM
-    (2, 8, 6, 5, 4, 1, 1, (1, 1), (0, 0), (1, 1), 1),     # 1x1: no im2col
+    (2, 8, 6, 5, 4, 1, 1, (1, 1), (0, 0), (1, 1), 1),     # 1x1, few channels: direct loops
+    (2, 300, 3, 2, 4, 1, 1, (1, 1), (0, 0), (1, 1), 1),   # 1x1, many: GEMM, no im2col
     (4, 2, 5, 5, 4, 1, 1, (2, 2), (1, 1), (1, 1), 2),     # 1x1 with stride/pad
     (1, 2, 4, 5, 3, 2, 2, (3, 2), (3, 3), (1, 1), 1),     # rows entirely in padding
     (16, 4, 8, 8, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1),    # OpenMP over images
