@@ -64,8 +64,7 @@ class Plan:
             if kind == "arg" and tr.shared_scalars is not None:
                 nodes.append(_shared_scalar(tr, floats[v], dtype))
                 continue
-            tr.scalars.append(floats[v] if kind == "arg" else v)
-            nodes.append(Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1))
+            nodes.append(state.scalar(floats[v] if kind == "arg" else v, dtype))
         return nodes
 
     def run(self, inputs: list, floats: list):
@@ -87,8 +86,7 @@ def _shared_scalar(tr, x: float, dtype) -> Node:
     key = (id(x), dtype)
     node = tr.shared_scalars.get(key)
     if node is None:
-        tr.scalars.append(x)
-        node = tr.shared_scalars[key] = Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1)
+        node = tr.shared_scalars[key] = state.scalar(x, dtype)
     return node
 
 

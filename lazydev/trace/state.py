@@ -20,7 +20,7 @@ import weakref
 
 import torch
 
-from .ir import Node, Op
+from .ir import Node, Op, local_key
 
 _serials = itertools.count()
 
@@ -199,7 +199,19 @@ def scalar(value: float, dtype=torch.float64) -> Node:
     structure depend on values (lr == momentum in one step but not the next) and recompile."""
     tr = _current
     tr.scalars.append(float(value))
-    return Node(Op.SCALAR, dtype, (), (), len(tr.scalars) - 1)
+    slot = len(tr.scalars) - 1
+    # Node(Op.SCALAR, dtype, (), (), slot) with its local key computed once per (dtype, slot):
+    # replayed ops make tens of these a step (BatchNorm six a call).
+    local = _SCALAR_KEYS.get((dtype, slot))
+    if local is None:
+        local = local_key(Op.SCALAR, dtype, (), slot)
+        if slot < _SCALAR_KEYS_MAX:
+            _SCALAR_KEYS[(dtype, slot)] = local
+    return Node.make(Op.SCALAR, dtype, (), (), slot, local)
+
+
+_SCALAR_KEYS: dict = {}         # (dtype, slot) -> local key of its SCALAR node
+_SCALAR_KEYS_MAX = 1 << 14      # slots past this (huge traces) are not remembered
 
 
 def pending_storages() -> list[Storage]:
