@@ -410,6 +410,10 @@ def test_embedding_gradient_rows_vectorise(tmp_path):
     assert_same(ww.grad, w.grad)
     unit = next(u for u in last_compiled["units"] if "Node(INDEX_PUT" in u)
     _assert_vectorised(tmp_path, unit, ("for (int64_t r = 0; r < 256",))
+    for accumulate in (True, False):        # rows of no elements
+        x, v, i = torch.zeros(10, 0), torch.ones(3, 0), torch.tensor([1, 3, 1])
+        got = x.to("wse").index_put_((i.to("wse"),), v.to("wse"), accumulate=accumulate)
+        assert_same(got, x.index_put_((i,), v, accumulate=accumulate))
 
 
 def test_hoisted_lines_leave_the_loops_they_do_not_use():

@@ -564,8 +564,8 @@ def index_put(e: Emitter, n: Node) -> None:
     # Indices into x's leading dims (an embedding's gradient): each index position writes one
     # contiguous row of x, so the loop runs over rows, the index is loaded and checked once per
     # row (Note [Hoisted lines]) and the row's loop vectorises. Rows go in index order, so
-    # accumulated values add up in the order of the flat loop.
-    row = _prod(x.shape[count:]) if first == 0 else 1
+    # accumulated values add up in the order of the flat loop. Rows of no elements: no loop.
+    row = _prod(x.shape[count:]) if first == 0 and v.numel else 1
     with e.loop("o", v.numel // row), (e.loop("r", row) if row > 1 else nullcontext()):
         vi = Idx(v.shape, flat=f"o * {row} + r" if row > 1 else "o")
         dims = index_nd_dims(e, x, indices, (first, count, ind_nd, front), vi)
