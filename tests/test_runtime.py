@@ -774,13 +774,14 @@ class _Limited:
     """A job that stops at its first call as if it were long, whenever it runs with a limit."""
 
     def __init__(self):
-        self.runs = []
+        self.runs, self.ran = [], threading.Event()
 
     def pause(self):
         pass
 
     def resume(self, unpause=False, limit_us=0):
         self.runs.append((limit_us, threading.current_thread().name))
+        self.ran.set()
         return limit_us == 0
 
 
@@ -794,13 +795,12 @@ def test_the_worker_leaves_a_long_call_to_the_host_and_runs_it_whole_if_none_com
     monkeypatch.setattr(Q, "ORPHAN_GRACE", 0.01)
     q, job = Q.ExecQueue(), _Limited()
     ticket = q.submit(job)
-    ticket.done.wait(10)
+    assert ticket.done.wait(10)
     assert job.runs == [(Q.WORKER_LIMIT_US, "lazydev-exec"), (0, "lazydev-exec")]
     monkeypatch.setattr(Q, "ORPHAN_GRACE", 60.0)
     job = _Limited()
     ticket = q.submit(job)
-    while not job.runs:
-        time.sleep(0.001)
+    assert job.ran.wait(10)
     assert q.wait(ticket) == [] and job.runs == [(Q.WORKER_LIMIT_US, "lazydev-exec"),
                                                  (0, "MainThread")]
     q.shutdown()
