@@ -475,3 +475,33 @@ def test_softmax_multiplies_by_the_rows_reciprocal():
     assert_same(x.to("wse").softmax(-1), x.softmax(-1))
     code = "\n".join(last_compiled["units"])
     assert "Node(DIV" not in code and "Node(MUL" in code, code
+
+
+def test_attention_keys_are_copied_as_rows_and_transposed_by_the_gemm():
+    """Note on `_gemm_view` in compile/passes.py: the key of attention, a head split of the QKV
+    projection transposed, is copied untransposed (rows of the projection) and the GEMMs
+    transpose it with BLAS's flag, scores and the query's gradient alike; values and gradients
+    as on the CPU."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 16, 24, generator=g), torch.randn(24, 96, generator=g)
+    b, r = torch.randn(96, generator=g), torch.randn(2, 4, 16, 16, generator=g)
+
+    def scores(x, w, b, r):
+        qkv = x @ w + b
+        q = qkv[..., :32].reshape(2, 16, 4, 8).transpose(1, 2)
+        k = qkv[..., 32:64].reshape(2, 16, 4, 8).transpose(1, 2)
+        return ((q @ k.transpose(-2, -1)) * r).sum()
+
+    cpu = [t.clone().requires_grad_() for t in (x, w, b)]
+    scores(*cpu, r).backward()
+    dev = [t.to("wse").requires_grad_() for t in (x, w, b)]
+    loss = scores(*dev, r.to("wse"))
+    loss.backward()
+    lazydev.mark_step()
+    code = "\n".join(last_compiled["units"])
+    for got, want in zip(dev, cpu):
+        assert_same(got.grad, want.grad)
+    copies = [c for c in code.split("/* Node(")[1:] if c.startswith("AS_STRIDED")]
+    assert copies and all(c.startswith("AS_STRIDED, float32[2, 4, 16, 8]") for c in copies), \
+        [c[:60] for c in copies]
+    assert ", 0, 1, " in code and ", 1, 0, " in code       # a GEMM with each operand transposed

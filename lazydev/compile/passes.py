@@ -84,13 +84,49 @@ def _canon_as_strided(n: Node, x: Node) -> Node:
     return Node(Op.AS_STRIDED, n.dtype, n.shape, (x,), n.arg)
 
 
+def _swap_last(t: tuple) -> tuple:
+    return tuple(t[:-2]) + (t[-1], t[-2])
+
+
+def _gemm_view(s: Node, by_key: dict) -> Node:
+    """GEMM operand `s`, with a strided view whose last two dims are swapped in memory turned
+    into the transpose of a row-major view: the key of attention (`k.transpose(-2, -1)` of a head
+    split of the QKV projection) and, in the backward pass, its transpose back. The view's batch
+    dims do not fold into one BLAS batch stride, so it is copied either way; copied untransposed,
+    the copy reads whole rows and BLAS transposes it, where the transposed copy read one element
+    per source row (8x4x64x128: 200-260 us, against 60-80 for the row copy). The new view is
+    shared by key, so every GEMM that reads the key, either way round, reads one copy."""
+    swap = _swap_last(tuple(range(len(s.shape))))
+    outer = s.op is Op.PERMUTE and s.arg == swap        # already the BLAS transpose flag
+    x = s.src[0] if outer else s
+    v = x.src[0] if x.op is Op.RESHAPE else x           # a reshape merging batch dims (bmm)
+    if v.op is not Op.AS_STRIDED or len(v.shape) < 2 or min(v.shape[-2:]) < 2 \
+            or v.shape[-2:] != x.shape[-2:]:
+        return s
+    stride, offset = v.arg
+    if stride[-2] >= stride[-1]:
+        return s
+    inner = _canon_as_strided(Node(Op.AS_STRIDED, v.dtype, _swap_last(v.shape), v.src,
+                                   (_swap_last(stride), offset)), v.src[0])
+    inner = by_key.setdefault(inner.key, inner)
+    if v is not x:
+        inner = _canon_node(Node(Op.RESHAPE, x.dtype, _swap_last(x.shape), (inner,)), (inner,))
+        inner = by_key.setdefault(inner.key, inner)
+    if outer:                                           # the transpose of the transpose
+        return inner
+    return Node(Op.PERMUTE, s.dtype, s.shape, (inner,), swap)
+
+
 def canonicalise(outputs: list[Node]) -> list[Node]:
-    """Fold no-op movement, fold reshape chains, turn simple as_strided into reshape/permute, and
-    merge structurally equal nodes (CSE by key)."""
+    """Fold no-op movement, fold reshape chains, turn simple as_strided into reshape/permute,
+    give GEMMs their transposed views as transposes (`_gemm_view`), and merge structurally equal
+    nodes (CSE by key)."""
     by_key: dict = {}
     new_of: dict = {}
     for n in toposort(outputs):
         src = tuple(new_of[id(s)] for s in n.src)
+        if n.op is Op.MATMUL:
+            src = tuple(by_key.setdefault(v.key, v) for v in (_gemm_view(s, by_key) for s in src))
         m = _canon_node(n, src)
         m = by_key.setdefault(m.key, m)
         new_of[id(n)] = m
