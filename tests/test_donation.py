@@ -116,3 +116,32 @@ def test_an_optimizer_step_updates_state_and_parameter_in_one_loop(make_opt):
     code = "\n".join(last_compiled["units"])
     assert "(Note [Kernel groups])" in code
     assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def test_a_step_cut_while_the_last_one_is_queued_still_updates_in_place():
+    """The previous step's program, queued behind a job that blocks the device, holds the
+    parameter's buffer: those references do not count (ExecQueue.held), so the next step still
+    writes its new value over that buffer, and the values are right once both have run."""
+    import threading
+    from lazydev.compile import EXEC
+    x = torch.arange(64.0)
+    p = x.to("wse")
+
+    def step():
+        p.mul_(0.5).add_(1)
+        lazydev.mark_step()
+    for _ in range(3):              # compiled and steady
+        step()
+        p.cpu()
+    gate = threading.Event()
+    blocker = EXEC.submit(lambda: gate.wait(10))
+    step()                          # queued behind the blocker
+    queued = weakref.ref(p._st.buf)
+    assert not blocker.done.is_set()
+    step()                          # cut while the step before it is still queued
+    gate.set()
+    lazydev.wait()
+    assert p._st.buf is queued()
+    for _ in range(5):
+        x = x * 0.5 + 1
+    assert_same(p, x)

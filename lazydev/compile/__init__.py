@@ -170,9 +170,10 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, cont
     return result
 
 
-def queued_references(buf) -> int:
-    """References to `buf` that queued, unfinished runs hold (Note [Donation])."""
-    return EXEC.references(buf)
+def queued_references() -> dict:
+    """{id(buffer): references} that queued, unfinished runs hold (Note [Donation]); read the
+    refcounts first (ExecQueue.held)."""
+    return EXEC.held()
 
 
 def held_for_debug(buf) -> bool:
