@@ -104,7 +104,7 @@ def _gemm_view(s: Node, by_key: dict) -> Node:
             or v.shape[-2:] != x.shape[-2:]:
         return s
     stride, offset = v.arg
-    if stride[-2] >= stride[-1]:
+    if not 0 < stride[-2] < stride[-1]:       # not swapped (or a broadcast row: stride 0)
         return s
     inner = _canon_as_strided(Node(Op.AS_STRIDED, v.dtype, _swap_last(v.shape), v.src,
                                    (_swap_last(stride), offset)), v.src[0])
