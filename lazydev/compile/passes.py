@@ -88,6 +88,12 @@ def _swap_last(t: tuple) -> tuple:
     return tuple(t[:-2]) + (t[-1], t[-2])
 
 
+def _blas_transpose(nd: int) -> tuple:
+    """The permutation a GEMM reads as BLAS's transpose flag (matmul_operand): the last two dims
+    swapped."""
+    return _swap_last(tuple(range(nd)))
+
+
 def _gemm_view(s: Node, by_key: dict) -> Node:
     """GEMM operand `s`, with a strided view whose last two dims are swapped in memory turned
     into the transpose of a row-major view: the key of attention (`k.transpose(-2, -1)` of a head
@@ -96,7 +102,7 @@ def _gemm_view(s: Node, by_key: dict) -> Node:
     the copy reads whole rows and BLAS transposes it, where the transposed copy read one element
     per source row (8x4x64x128: 200-260 us, against 60-80 for the row copy). The new view is
     shared by key, so every GEMM that reads the key, either way round, reads one copy."""
-    swap = _swap_last(tuple(range(len(s.shape))))
+    swap = _blas_transpose(len(s.shape))
     outer = s.op is Op.PERMUTE and s.arg == swap        # already the BLAS transpose flag
     x = s.src[0] if outer else s
     v = x.src[0] if x.op is Op.RESHAPE else x           # a reshape merging batch dims (bmm)
@@ -152,7 +158,7 @@ def matmul_operand(s: Node, realized: set | None = None) -> tuple[Node, bool]:
     is copied. Shared by the scheduler and the GEMM kernel template so both agree."""
     nd = len(s.shape)
     trans = False
-    if s.op is Op.PERMUTE and s.arg == tuple(range(nd - 2)) + (nd - 1, nd - 2) and not (
+    if s.op is Op.PERMUTE and s.arg == _blas_transpose(nd) and not (
             realized is not None and id(s) in realized):
         s, trans = s.src[0], True
     while s.op is Op.RESHAPE and not (realized is not None and id(s) in realized):
