@@ -186,6 +186,69 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
 WSE_DEFINE_GEMM(f32, float, g_sgemm, g_fsgemm)
 WSE_DEFINE_GEMM(f64, double, g_dgemm, g_fdgemm)
 
+/* Note [Sliced GEMM]
+   A GEMM is most of a training step's program, and the queue's worker, which runs programs on
+   one thread while the host traces the next step, used to leave every long one to the host
+   (Note [Who runs a program] in lazydev/runtime/queue.py): the host can take a run over only
+   between two calls, and a one-thread GEMM of several milliseconds would keep it waiting. The
+   sliced GEMM lets the worker run them anyway. Under a run with a long-call limit (stop[1] > 0:
+   the worker), it computes about WSE_SLICE_FLOPS at a time, row or column blocks of C (or batch
+   elements of a batched GEMM), and after each slice returns WSE_PAUSED if the run was asked to pause,
+   with the blocks done in stop[2]; the entry then leaves *next at this call. The host resumes the
+   call and computes what is left as one GEMM, on the whole team. A run without a limit (the
+   host) does the same from stop[2] without slicing, and both leave stop[2] = 0 when done.
+   The run's stop array reaches the library through a thread-local that wse_program_run sets
+   around the entry: generated kernels do not take it as an argument. */
+#define WSE_SLICE_FLOPS (32LL << 20)   /* ~0.25 ms on one core here */
+
+static __thread volatile int32_t* tls_stop;
+
+void wse_kernels_set_run(volatile int32_t* stop) { tls_stop = stop; }
+
+#define WSE_DEFINE_SLICED_GEMM(SUF, T)                                                     \
+  static int gemm_##SUF##_sliced(int64_t batch, int ta, int tb, int64_t M, int64_t N,      \
+                                 int64_t K, T alpha, const T* A, int64_t lda, int64_t sa,  \
+                                 const T* B, int64_t ldb, int64_t sb, T beta, T* C,         \
+                                 int64_t ldc, int64_t sc) {                                \
+    volatile int32_t* st = tls_stop;                                                       \
+    /* Slices of a batch are whole products; of one product, blocks of C's rows, or of its  \
+       columns when it is wider than tall: each slice then re-reads the smaller operand. */ \
+    const int axis = batch > 1 ? 0 : M >= N ? 1 : 2;                                       \
+    const int64_t units = axis == 0 ? batch : axis == 1 ? M : N;                           \
+    if (!st || units > INT32_MAX || M <= 0 || N <= 0) {                                    \
+      gemm_##SUF(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);  \
+      return 0;                                                                            \
+    }                                                                                      \
+    lda = fix_ld(lda, ta ? K : M, ta ? M : K);                                             \
+    ldb = fix_ld(ldb, tb ? N : K, tb ? K : N);                                             \
+    ldc = fix_ld(ldc, M, N);                                                               \
+    const int64_t unit = 2 * (axis == 0 ? M * N : axis == 1 ? N : M) * (K > 0 ? K : 1);    \
+    int64_t per = st[1] > 0 ? WSE_SLICE_FLOPS / unit : units;                              \
+    per = per < 1 ? 1 : per;                                                               \
+    for (int64_t u0 = st[2]; u0 < units;) {                                                \
+      const int64_t u1 = units - u0 < per ? units : u0 + per, n = u1 - u0;                 \
+      if (axis == 0)                                                                       \
+        gemm_##SUF(n, ta, tb, M, N, K, alpha, A + u0 * sa, lda, sa, B + u0 * sb, ldb, sb,   \
+                   beta, C + u0 * sc, ldc, sc);                                            \
+      else if (axis == 1)                                                                  \
+        gemm_##SUF(1, ta, tb, n, N, K, alpha, A + (ta ? u0 : u0 * lda), lda, 0, B, ldb, 0, \
+                   beta, C + u0 * ldc, ldc, 0);                                            \
+      else                                                                                 \
+        gemm_##SUF(1, ta, tb, M, n, K, alpha, A, lda, 0, B + (tb ? u0 * ldb : u0), ldb, 0, \
+                   beta, C + u0, ldc, 0);                                                  \
+      u0 = u1;                                                                             \
+      if (u0 < units && st[0]) {                                                           \
+        st[2] = (int32_t)u0;                                                               \
+        return WSE_PAUSED;                                                                 \
+      }                                                                                    \
+    }                                                                                      \
+    st[2] = 0;                                                                             \
+    return 0;                                                                              \
+  }
+
+WSE_DEFINE_SLICED_GEMM(f32, float)
+WSE_DEFINE_SLICED_GEMM(f64, double)
+
 /* Thin wrapper so the conv code reads like BLAS calls. */
 static void sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -751,6 +814,8 @@ static void conv2d_bwd_weight_f32(const float* gy, const float* x, float* gw, co
 const wse_lib_t wse_kernels_lib = {
     .gemm_f32 = gemm_f32,
     .gemm_f64 = gemm_f64,
+    .gemm_f32_sliced = gemm_f32_sliced,
+    .gemm_f64_sliced = gemm_f64_sliced,
     .conv2d_f32 = conv2d_f32,
     .conv2d_bwd_input_f32 = conv2d_bwd_input_f32,
     .conv2d_bwd_weight_f32 = conv2d_bwd_weight_f32,

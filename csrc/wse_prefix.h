@@ -35,6 +35,19 @@ typedef struct wse_lib {
                    double alpha, const double* A, int64_t lda, int64_t stride_a,
                    const double* B, int64_t ldb, int64_t stride_b,
                    double beta, double* C, int64_t ldc, int64_t stride_c);
+  /* The same product, resumable: a run with a long-call limit computes it in slices and
+     returns WSE_PAUSED between two if asked to pause; calling it again on the same run goes
+     on from there (Note [Sliced GEMM] in csrc/wse_kernels.c). Otherwise returns 0. */
+  int (*gemm_f32_sliced)(int64_t batch, int trans_a, int trans_b,
+                         int64_t M, int64_t N, int64_t K,
+                         float alpha, const float* A, int64_t lda, int64_t stride_a,
+                         const float* B, int64_t ldb, int64_t stride_b,
+                         float beta, float* C, int64_t ldc, int64_t stride_c);
+  int (*gemm_f64_sliced)(int64_t batch, int trans_a, int trans_b,
+                         int64_t M, int64_t N, int64_t K,
+                         double alpha, const double* A, int64_t lda, int64_t stride_a,
+                         const double* B, int64_t ldb, int64_t stride_b,
+                         double beta, double* C, int64_t ldc, int64_t stride_c);
   /* conv2d on contiguous NCHW input, OIHW weight (I = C/groups), output
      N,O,OH,OW, no bias.  p = {N, C, H, W, O, KH, KW, stride_h, stride_w,
      pad_h, pad_w, dil_h, dil_w, groups, OH, OW}.  Outputs are overwritten. */
@@ -64,7 +77,8 @@ enum {
    reads stop[0]: when set, it returns WSE_PAUSED, and a later call (from any thread) resumes
    there (Note [Who runs a program] in lazydev/runtime/queue.py). When stop[1] is nonzero it
    also pauses before a call whose last run took more than stop[1] microseconds: a worker that
-   runs on one thread leaves long calls to a host that may soon wait for them. */
+   runs on one thread leaves long calls to a host that may soon wait for them, except sliced
+   GEMMs, which may also pause inside, with their progress in stop[2] (Note [Sliced GEMM]). */
 typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
                             const double* scalars, int64_t* errinfo, int32_t* next,
                             const volatile int32_t* stop);

@@ -234,9 +234,12 @@ void* wse_program_load(const char* so_path, char* errbuf, int errlen) {
 }
 
 int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo,
-                    int32_t* next, const int32_t* stop) {
+                    int32_t* next, int32_t* stop) {
   wse_entry_fn fn = (wse_entry_fn)entry;
-  return fn(&wse_kernels_lib, bufs, scalars, errinfo, next, stop);
+  wse_kernels_set_run(stop);    /* for sliced GEMMs (Note [Sliced GEMM] in wse_kernels.c) */
+  int rc = fn(&wse_kernels_lib, bufs, scalars, errinfo, next, stop);
+  wse_kernels_set_run(NULL);
+  return rc;
 }
 
 /* ---- BLAS ----------------------------------------------------------------- */

@@ -31,9 +31,10 @@ void    wse_empty_cache(void);        /* release them */
    dlerror() text copied into errbuf.  The library is never unloaded. */
 void* wse_program_load(const char* so_path, char* errbuf, int errlen);
 /* Calls entry(&lib, bufs, scalars, errinfo, next, stop) and returns its code (WSE_PAUSED
-   when *stop was set before the call at *next). */
+   when stop[0] was set before the call at *next, or inside a sliced GEMM there). stop has
+   three slots: pause flag, long-call limit, sliced GEMM progress (csrc/wse_prefix.h). */
 int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
-                      int64_t* errinfo, int32_t* next, const int32_t* stop);
+                      int64_t* errinfo, int32_t* next, int32_t* stop);
 
 /* ---- BLAS ----------------------------------------------------------------- */
 /* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol
@@ -64,6 +65,8 @@ typedef void (*wse_fdgemm_fn)(const char* ta, const char* tb, const int* m, cons
                               const int* lda, const double* b, const int* ldb,
                               const double* beta, double* c, const int* ldc);
 void wse_kernels_set_team_blas(wse_fsgemm_fn sgemm, wse_fdgemm_fn dgemm);
+/* The stop array of the program run on this thread, or NULL (Note [Sliced GEMM]). */
+void wse_kernels_set_run(volatile int32_t* stop);
 int wse_linalg_load(void* handle);   /* wse_linalg.c: 0 ok, 1 a LAPACK symbol is missing */
 int wse_linalg(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
 extern const wse_lib_t wse_kernels_lib;

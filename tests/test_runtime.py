@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import lazydev
 import lazydev.runtime as rt
 from conftest import assert_same
 from lazydev.runtime import Buffer, DeviceOutOfMemoryError, Program
@@ -690,9 +691,9 @@ def test_a_generated_program_pauses_between_kernel_calls_and_resumes_there(cdir)
     assert x.to_tensor(torch.float32, (1,)).item() == 15.0
 
 
-def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
-    """stop[1] (csrc/wse_prefix.h): a run with a limit pauses before any call whose last run
-    took longer, and one without runs on from there."""
+def _long_call_program(cdir, name, sliced=()):
+    """x -> (x + 1) * 10 + 1 in three calls, the middle one 3 ms long; `sliced`: the kernels
+    flagged as able to pause inside themselves (program._entry)."""
     from lazydev.compile.kernels import KERNEL_ARGS
     from lazydev.compile.program import _entry
     kernels = ("WSE_KERNEL int k0(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
@@ -700,11 +701,17 @@ def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
                "WSE_KERNEL int k1(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
                "  const int64_t t0 = wse_clock_ns();\n"
                "  while (wse_clock_ns() - t0 < 3000000) {}\n  x[0] *= 10.0f;\n  return 0;\n}\n")
-    calls = [(0, [0], []), (1, [0], []), (0, [0], [])]             # x -> (x + 1) * 10 + 1
+    calls = [(0, [0], []), (1, [0], []), (0, [0], [])]
     body = ('#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"\n'
             '#define WSE_KERNEL __attribute__((visibility("hidden")))\n' + kernels
-            + _entry(1, calls, 2))
-    prog = build_program(cdir, "limited", body)
+            + _entry(1, calls, 2, sliced))
+    return build_program(cdir, name, body)
+
+
+def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
+    """stop[1] (csrc/wse_prefix.h): a run with a limit pauses before any call whose last run
+    took longer, and one without runs on from there."""
+    prog = _long_call_program(cdir, "limited")
     x = Buffer.from_tensor(torch.tensor([0.0]))
     assert prog.start([x, Buffer(64)], []).resume(limit_us=500) is True   # no times yet: 11
     run = prog.start([x, Buffer(64)], [])
@@ -712,6 +719,103 @@ def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
     assert x.to_tensor(torch.float32, (1,)).item() == 12.0
     assert run.resume(limit_us=10**6) is True                         # under this limit
     assert x.to_tensor(torch.float32, (1,)).item() == 121.0
+
+
+def test_a_sliced_kernel_starts_under_the_limit_however_long_its_last_run(cdir):
+    """Note [Sliced GEMM]: a kernel that can pause inside itself is started by a run with a
+    limit even after a long run, where any other kernel would be left for the host."""
+    prog = _long_call_program(cdir, "sliced_limit", sliced={1})
+    x = Buffer.from_tensor(torch.tensor([0.0]))
+    assert prog.start([x, Buffer(64)], []).resume(limit_us=500) is True   # 11
+    assert prog.start([x, Buffer(64)], []).resume(limit_us=500) is True   # the 3 ms call too
+    assert x.to_tensor(torch.float32, (1,)).item() == 121.0
+
+
+SLICED_GEMM_C = r"""
+int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo,
+              int32_t* next, const volatile int32_t* stop) {
+  (void)errinfo; (void)stop;
+  if (*next) return 0;
+  int64_t b = s[1], ta = s[2], tb = s[3], M = s[4], N = s[5], K = s[6];
+  int64_t lda = s[8], sa = s[9], ldb = s[10], sb = s[11], ldc = s[13], sc = s[14];
+  int rc = s[0] == 32
+      ? lib->gemm_f32_sliced(b, ta, tb, M, N, K, (float)s[7], bufs[0], lda, sa, bufs[1], ldb,
+                             sb, (float)s[12], bufs[2], ldc, sc)
+      : lib->gemm_f64_sliced(b, ta, tb, M, N, K, s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
+                             s[12], bufs[2], ldc, sc);
+  if (rc) return rc;
+  *next = 1;
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("dtype,batch,ta,tb,M,N,K,pad", [
+    (torch.float32, 1, 0, 0, 512, 256, 512, 0),     # taller than wide: blocks of rows
+    (torch.float32, 1, 1, 1, 128, 1024, 512, 3),    # wider than tall: blocks of columns
+    (torch.float64, 1, 1, 0, 96, 4096, 256, 1),
+    (torch.float32, 6, 0, 1, 256, 256, 256, 2),     # a batch: whole products
+])
+def test_a_sliced_gemm_pauses_between_slices_and_the_host_does_the_rest(
+        cdir, dtype, batch, ta, tb, M, N, K, pad):
+    """Note [Sliced GEMM]: under a long-call limit a paused run still computes one slice per
+    resume and stops with the blocks done in its position; a run without a limit computes
+    the rest at once. Every element is written exactly once, whatever the split."""
+    prog = build_program(cdir, "sliced_gemm", SLICED_GEMM_C)
+    a_store, a = _padded(batch, K if ta else M, M if ta else K, pad, dtype)
+    b_store, bm = _padded(batch, N if tb else K, K if tb else N, pad, dtype)
+    c_store, _ = _padded(batch, M, N, pad, dtype)
+    c_store.fill_(float("nan"))
+    bufs = [Buffer.from_tensor(x) for x in (a_store, b_store, c_store)]
+    run = prog.start(bufs, [32 if dtype == torch.float32 else 64, batch, ta, tb, M, N, K, 1.0,
+                            a_store.shape[-1], a_store[0].numel(), b_store.shape[-1],
+                            b_store[0].numel(), 0.0, c_store.shape[-1], c_store[0].numel()])
+    run.pause()
+    seen = []
+    for _ in range(2):
+        assert run.resume(limit_us=10**6) is False
+        seen.append(run.position())
+    units = batch if batch > 1 else max(M, N)
+    (c1, one), (c2, two) = seen
+    assert c1 == c2 == 0 and 0 < one < two < units and two == 2 * one, seen
+    assert run.resume(unpause=True) is True and run.position() == (1, 0)
+    got = bufs[2].to_tensor(dtype, c_store.shape)[..., :N]
+    opa = a.double().transpose(-1, -2) if ta else a.double()
+    opb = bm.double().transpose(-1, -2) if tb else bm.double()
+    torch.testing.assert_close(got.double(), opa @ opb, rtol=1e-4, atol=1e-3)
+
+
+def test_the_worker_runs_a_long_gemm_in_slices_and_the_host_finishes_it(monkeypatch):
+    """Note [Who runs a program]: the worker starts a queued step's GEMM, however long, and a
+    host that then reads its result takes the run over between two slices: its first resume
+    starts inside the GEMM, past the blocks the worker computed. The values are right."""
+    from lazydev.runtime import device as D, queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    resumes, worker_in = [], threading.Event()
+    orig = D.Run.resume
+
+    def resume(self, unpause=False, limit_us=0):
+        on_worker = threading.current_thread().name == "lazydev-exec"
+        if on_worker:
+            worker_in.set()
+        before = self.position()
+        done = orig(self, unpause, limit_us)
+        resumes.append((on_worker, before, self.position(), done))
+        return done
+    monkeypatch.setattr(D.Run, "resume", resume)
+    a = torch.randn(1024, 1024)
+    x = a.to("wse")
+    lazydev.mark_step()
+    y = (x @ x) * 0.5                       # ~40 ms of GEMM on one core
+    lazydev.mark_step()
+    assert worker_in.wait(30)
+    time.sleep(0.005)
+    got = y.cpu()
+    torch.testing.assert_close(got, (a @ a) * 0.5, rtol=1e-4, atol=1e-3)
+    paused = [r for r in resumes if r[0] and not r[3]]
+    assert paused and paused[-1][2][1] > 0, resumes       # stopped inside the GEMM
+    host = [r for r in resumes if not r[0]]
+    assert host and host[0][1] == paused[-1][2], resumes  # and the host went on from there
 
 
 def _on_worker(q, fn):

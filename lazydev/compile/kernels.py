@@ -638,6 +638,9 @@ def pool_argmax(e: Emitter, n: Node) -> None:
                 b.line(f"{out}[r * {ow} + cb + c] = bi[c];")
 
 
+SLICED = "_sliced"       # the library GEMMs a run can pause inside; program.py looks for it
+
+
 def _gemm_operand(e: Emitter, s: Node):
     """(pointer, transposed, leading dimension, batch stride) of GEMM operand s."""
     stored, trans = matmul_operand(s, e.ptrs)
@@ -658,9 +661,9 @@ def matmul(e: Emitter, n: Node) -> None:
     fn = "gemm_f64" if n.dtype.itemsize == 8 else "gemm_f32"
     if k == 0:
         e.b.line(f"memset({out}, 0, sizeof(*{out}) * {n.numel});")
-    elif n.numel:
-        e.b.line(f"lib->{fn}({batch}, {ta}, {tb}, {m}, {nn}, {k}, 1, {pa}, {lda}, {sa}, "
-                 f"{pb}, {ldb}, {sb}, 0, {out}, {nn}, {m * nn});")
+    elif n.numel:               # may pause inside (Note [Sliced GEMM] in csrc/wse_kernels.c)
+        e.b.line(f"err = lib->{fn}{SLICED}({batch}, {ta}, {tb}, {m}, {nn}, {k}, 1, {pa}, {lda}, "
+                 f"{sa}, {pb}, {ldb}, {sb}, 0, {out}, {nn}, {m * nn});")
 
 
 def conv(e: Emitter, n: Node) -> None:

@@ -8,7 +8,7 @@ from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op, toposort
 from . import cexpr
 from .cexpr import CodegenUnsupported
 from .codegen import SPECIAL_PREFIX
-from .kernels import KERNEL_ARGS, TEMPLATES, emit_kernel
+from .kernels import KERNEL_ARGS, SLICED, TEMPLATES, emit_kernel
 
 ALIGN = 64
 
@@ -236,7 +236,8 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
             more = f" and {len(also)} more (Note [Kernel groups])" if also else ""
             kernels.append(f"/* {n!r}{more} */\nWSE_KERNEL int k{kid}({KERNEL_ARGS}) {{\n{body}")
         calls.append((kid, ptr_args, slots))
-    entry = _entry(nin + len(out_nbytes), calls, len(ids))
+    entry = _entry(nin + len(out_nbytes), calls, len(ids),
+                   sliced={kid for body, kid in ids.items() if SLICED in body})
     units = _units(_preamble(prefix), kernels, entry, special)
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable)
     return units, layout
@@ -296,10 +297,12 @@ def _table(ctype: str, name: str, values) -> str:
     return f"static const {ctype} {name}[] = {{{body}}};"
 
 
-def _entry(arena_index: int, calls: list, n_kernels: int) -> str:
+def _entry(arena_index: int, calls: list, n_kernels: int, sliced=()) -> str:
     """wse_entry: the kernel calls as data (kernel, pointer arguments, scalar slots per call)
     and one loop that binds P and S and calls. Written as one C block per call, 500 calls
-    (a transformer step) took gcc a second; a table takes nothing."""
+    (a transformer step) took gcc a second; a table takes nothing. `sliced`: the kernels that
+    may pause inside (Note [Sliced GEMM] in csrc/wse_kernels.c), which a run with a long-call
+    limit starts however long their last run took."""
     kernel_ids, pstart, pargs, sstart, sargs = [], [0], [], [0], []
     for kid, ptr_codes, slots in calls:
         kernel_ids.append(kid)
@@ -316,13 +319,17 @@ def _entry(arena_index: int, calls: list, n_kernels: int) -> str:
         _table("int32_t", "call_kernel", kernel_ids),
         _table("int32_t", "call_pstart", pstart), _table("int64_t", "call_p", pargs),
         _table("int32_t", "call_sstart", sstart), _table("int32_t", "call_s", sargs),
+        _table("int8_t", "kernel_sliced", [int(k in sliced) for k in range(n_kernels)]),
         f"static int32_t call_us[{max(len(calls), 1)}];   /* each call's last run */",
         "int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* sc, "
         "int64_t* errinfo, int32_t* next, const volatile int32_t* stop) {",
         f"  char* arena = (char*)bufs[{arena_index}];",
         f"  void* P[{max_p}]; double S[{max_s}];",
         f"  for (int c = *next; c < {len(calls)}; c++) {{",
-        "    if (stop[0] || (stop[1] && call_us[c] > stop[1])) { *next = c; return WSE_PAUSED; }",
+        "    if (stop[0] || (stop[1] && call_us[c] > stop[1] && !kernel_sliced[call_kernel[c]])) {",
+        "      *next = c;",
+        "      return WSE_PAUSED;",
+        "    }",
         "    const int64_t t0 = wse_clock_ns();",
         "    for (int j = call_pstart[c]; j < call_pstart[c + 1]; j++) {",
         "      int64_t v = call_p[j];",
@@ -331,8 +338,8 @@ def _entry(arena_index: int, calls: list, n_kernels: int) -> str:
         "    for (int j = call_sstart[c]; j < call_sstart[c + 1]; j++)",
         "      S[j - call_sstart[c]] = sc[call_s[j]];",
         "    int rc = kernel_fns[call_kernel[c]](lib, P, S, errinfo);",
-        "    call_us[c] = (int32_t)((wse_clock_ns() - t0) / 1000);",
         "    if (rc) { *next = c; return rc; }",
+        "    call_us[c] = (int32_t)((wse_clock_ns() - t0) / 1000);",
         "  }",
         f"  *next = {len(calls)};",
         "  return 0;",

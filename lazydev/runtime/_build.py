@@ -33,7 +33,7 @@ int64_t wse_cached_bytes(void);
 void    wse_empty_cache(void);
 void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
 int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo,
-                        int32_t* next, const int32_t* stop);
+                        int32_t* next, int32_t* stop);
 int     wse_blas_load(const char* path);
 int     wse_team_blas_load(const char* path);
 const char* wse_prefix_source(void);

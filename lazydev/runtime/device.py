@@ -311,11 +311,18 @@ class Run:
         self._sc = ffi.new("double[]", vals or [0.0])
         self._err = ffi.new("int64_t[4]")
         self._next = ffi.new("int32_t*", 0)
-        self._stop = ffi.new("int32_t[2]")     # pause flag, long-call limit (wse_prefix.h)
+        # pause flag, long-call limit, sliced GEMM progress (csrc/wse_prefix.h)
+        self._stop = ffi.new("int32_t[3]")
 
     def pause(self) -> None:
-        """Ask the thread running it to stop before its next kernel call (any thread)."""
+        """Ask the thread running it to stop before its next kernel call, or its GEMM's next
+        slice (any thread)."""
         self._stop[0] = 1
+
+    def position(self) -> tuple:
+        """(the first kernel call not finished, rows or batch elements of that call's sliced
+        GEMM already computed): how far the run is (Note [Sliced GEMM] in csrc/wse_kernels.c)."""
+        return self._next[0], self._stop[2]
 
     def resume(self, unpause: bool = False, limit_us: int = 0) -> bool:
         """Run on from where it stopped; True when finished, False when paused (a pause asked

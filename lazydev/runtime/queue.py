@@ -31,17 +31,21 @@ import time
 # The host can take over only between calls, so the worker does not start a call whose last run
 # took more than WORKER_LIMIT_US: it pauses there and leaves the job to the host (a one-thread
 # GEMM or the 20-op chain's single loop ran 2-9 ms while the host waited: pipelined MLP 11.7
-# and chain 17.5 ms, against 7.4 and 9.2 synchronous). Pipelined steps (loss read a step late)
-# against the two-thread worker team before: MLP 8.9 -> 7.5 ms, CNN 6.8 -> 6.6, transformer
-# 128 -> 122, chain 9.0 -> 9.1 (`benchmarks/run.py`). On two cores the overlap buys little:
-# tracing holds one core and the GIL, and a worker that wakes takes the GIL from it.
+# and chain 17.5 ms, against 7.4 and 9.2 synchronous). GEMMs are the exception: the worker
+# starts them however long, since it can pause inside one between slices of about 0.25 ms
+# (Note [Sliced GEMM] in csrc/wse_kernels.c). So while the host traces step i + 1, the worker
+# runs step i's program on one core up to its first long loop, and the host, reading step i's
+# loss, takes over from there on both cores: transformer steps 115 -> 108 ms, MLP 7.3 -> 6.5
+# in a loop that reads each loss a step late, as benchmarks/run.py does. The limit is 1 ms, not
+# 0.5: a call the host ran in 0.3-0.5 ms (GELU over 1M floats) takes the worker twice that,
+# and stopping there left the worker idle for the rest of the transformer's tracing.
 # A job has `resume(unpause, limit_us) -> finished` and `pause()`; a plain callable runs whole.
 # A paused job nobody takes (its host's wait was interrupted, or it stopped at a long call and
 # no host came) goes back to the worker after ORPHAN_GRACE, without the limit, so the queue never
 # stalls with every later step's buffers held.
 HOST_GRACE = 0.0003
 ORPHAN_GRACE = 0.05
-WORKER_LIMIT_US = 500
+WORKER_LIMIT_US = 1000
 
 
 class Cancelled(RuntimeError):
