@@ -73,12 +73,16 @@ enum {
 };
 
 /* The single entry point every generated program exports. It runs the program's kernel calls
-   from *next on, in order, and leaves *next at the first call not run. Before each call it
-   reads stop[0]: when set, it returns WSE_PAUSED, and a later call (from any thread) resumes
-   there (Note [Who runs a program] in lazydev/runtime/queue.py). When stop[1] is nonzero it
-   also pauses before a call whose last run took more than stop[1] microseconds: a worker that
-   runs on one thread leaves long calls to a host that may soon wait for them, except sliced
-   GEMMs, which may also pause inside, with their progress in stop[2] (Note [Sliced GEMM]). */
+   from *next on, in order, and keeps *next at the call it is at (stored with release order, so
+   another thread that reads *next >= c sees everything calls before c wrote) and, once it
+   returns, at the first call not finished. Before each call it reads stop[0]: when set, it
+   returns WSE_PAUSED, and a later call (from any thread) resumes there (Note [Who runs a
+   program] in lazydev/runtime/queue.py). It also pauses before call stop[3] when that is
+   nonzero (a host that needs only what the calls before it write: Note [Early reads] in
+   lazydev/compile/passes.py). When stop[1] is nonzero it also pauses before a call whose last
+   run took more than stop[1] microseconds: a worker that runs on one thread leaves long calls
+   to a host that may soon wait for them, except sliced GEMMs, which may also pause inside,
+   with their progress in stop[2] (Note [Sliced GEMM]). */
 typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
                             const double* scalars, int64_t* errinfo, int32_t* next,
                             const volatile int32_t* stop);

@@ -708,6 +708,18 @@ def _long_call_program(cdir, name, sliced=()):
     return build_program(cdir, name, body)
 
 
+def test_a_run_stops_before_the_call_it_is_told_to_and_goes_on_from_there(cdir):
+    """stop[3] (csrc/wse_prefix.h): `until` pauses before that call; the position says how
+    many calls ran; a later resume runs the rest."""
+    prog = _long_call_program(cdir, "until")
+    x = Buffer.from_tensor(torch.tensor([0.0]))
+    run = prog.start([x, Buffer(64)], [])
+    assert run.resume(until=2) is False and run.position() == (2, 0)
+    assert x.to_tensor(torch.float32, (1,)).item() == 10.0
+    assert run.resume() is True and run.position() == (3, 0)
+    assert x.to_tensor(torch.float32, (1,)).item() == 11.0
+
+
 def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
     """stop[1] (csrc/wse_prefix.h): a run with a limit pauses before any call whose last run
     took longer, and one without runs on from there."""
@@ -794,12 +806,12 @@ def test_the_worker_runs_a_long_gemm_in_slices_and_the_host_finishes_it(monkeypa
     resumes, worker_in = [], threading.Event()
     orig = D.Run.resume
 
-    def resume(self, unpause=False, limit_us=0):
+    def resume(self, unpause=False, limit_us=0, until=0):
         on_worker = threading.current_thread().name == "lazydev-exec"
         if on_worker:
             worker_in.set()
         before = self.position()
-        done = orig(self, unpause, limit_us)
+        done = orig(self, unpause, limit_us, until)
         resumes.append((on_worker, before, self.position(), done))
         return done
     monkeypatch.setattr(D.Run, "resume", resume)
@@ -816,6 +828,40 @@ def test_the_worker_runs_a_long_gemm_in_slices_and_the_host_finishes_it(monkeypa
     assert paused and paused[-1][2][1] > 0, resumes       # stopped inside the GEMM
     host = [r for r in resumes if not r[0]]
     assert host and host[0][1] == paused[-1][2], resumes  # and the host went on from there
+
+
+def test_a_loss_read_after_mark_step_waits_for_the_calls_that_write_it_only(monkeypatch):
+    """Note [Early reads]: a scalar's calls come first in the program, whatever order the
+    step made its outputs in, and reading it runs the program only that far on the host; the
+    worker runs the rest (here a big GEMM cut before the loss). Both values are right."""
+    from lazydev.runtime import device as D, queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker starts nothing by itself
+    resumes = []
+    orig = D.Run.resume
+
+    def resume(self, unpause=False, limit_us=0, until=0):
+        before = self.position()[0]
+        done = orig(self, unpause, limit_us, until)
+        resumes.append((threading.current_thread().name, until, before, done))
+        return done
+    monkeypatch.setattr(D.Run, "resume", resume)
+    a, b = torch.randn(512, 512), torch.randn(64, 512)
+    w, x = a.to("wse"), b.to("wse")
+    lazydev.mark_step()
+    lazydev.wait()
+    resumes.clear()
+    y = w @ w                                       # cut first
+    loss = torch.tanh(x @ w).mean()
+    lazydev.mark_step()
+    torch.testing.assert_close(loss.item(), torch.tanh(b @ a).mean().item(), rtol=1e-5,
+                               atol=1e-5)
+    host = resumes[0]
+    assert host[0] == "MainThread" and 0 < host[1] and host[3] is False, resumes
+    deadline = time.time() + 10
+    while len(resumes) < 2 and time.time() < deadline:   # the worker takes it at once
+        time.sleep(0.001)
+    assert resumes[1][0] == "lazydev-exec" and resumes[1][2] == host[1], resumes
+    torch.testing.assert_close(y.cpu(), a @ a, rtol=1e-4, atol=1e-3)
 
 
 def _on_worker(q, fn):
@@ -883,7 +929,10 @@ class _Limited:
     def pause(self):
         pass
 
-    def resume(self, unpause=False, limit_us=0):
+    def reached(self, calls):
+        return False
+
+    def resume(self, unpause=False, limit_us=0, until=0):
         self.runs.append((limit_us, threading.current_thread().name))
         self.ran.set()
         return limit_us == 0
@@ -919,11 +968,14 @@ class _Steps:
     def pause(self):
         self.stop = True
 
-    def resume(self, unpause=False, limit_us=0):
+    def reached(self, calls):
+        return self.next >= calls
+
+    def resume(self, unpause=False, limit_us=0, until=0):
         if unpause:
             self.stop = False
         while self.next < self.n:
-            if self.stop:
+            if self.stop or (until and self.next >= until):
                 return False
             self.ran.append((self.next, threading.current_thread().name))
             self.next += 1
@@ -951,6 +1003,37 @@ def test_a_host_that_waits_takes_over_the_job_the_worker_is_running(monkeypatch)
     whole = q.submit(_Steps(3, alone, done))           # nobody waits: the worker runs it all
     assert whole.done.wait(10)
     assert [name for _, name in alone] == ["lazydev-exec"] * 3
+    q.shutdown()
+
+
+def test_a_host_that_needs_a_job_s_first_calls_runs_those_and_leaves_the_rest(monkeypatch):
+    """Note [Early reads]: waiting for a job's first calls runs only those on the host; the
+    worker takes the rest at once (not after a grace period) while the host goes on."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker never starts a job first
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    ticket = q.submit(_Steps(20, ran, started))
+    assert q.wait(ticket, calls=5) == [] and not ticket.done.is_set()
+    assert ran == [(k, "MainThread") for k in range(5)]
+    assert ticket.done.wait(10) and ticket.error is None
+    assert ran[5:] == [(k, "lazydev-exec") for k in range(5, 20)]
+    q.shutdown()
+
+
+def test_a_host_needing_calls_the_worker_has_run_does_not_stop_it(monkeypatch):
+    """Note [Early reads]: if the worker is past the calls a host needs, the host returns at
+    once and the worker runs on: every step on the worker, none paused."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    job = _Steps(100, ran, started)
+    ticket = q.submit(job)
+    assert started.wait(10)
+    while job.next < 3:
+        time.sleep(0.001)
+    assert q.wait(ticket, calls=2) == [] and not job.stop
+    assert ticket.done.wait(10)
+    assert [name for _, name in ran] == ["lazydev-exec"] * 100
     q.shutdown()
 
 

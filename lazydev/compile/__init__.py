@@ -44,8 +44,8 @@ class Compiled:
         job = _Job(self.program.start(bufs, scalars), self.stats)
         if config.async_exec:
             ticket = EXEC.submit(job, context, holds=bufs)
-            for b in outs:              # donated inputs too: a read waits for this run
-                b.ticket = ticket
+            for b, ready in zip(outs, lay.out_ready):   # donated inputs too: a read waits
+                b.ticket, b.ready = ticket, ready         # for this run (Note [Early reads])
         else:
             job.resume()
         ins = bufs[:len(lay.input_slots)]
@@ -64,10 +64,14 @@ class _Job:
     def pause(self) -> None:
         self.run.pause()
 
-    def resume(self, unpause: bool = False, limit_us: int = 0) -> bool:
+    def reached(self, calls: int) -> bool:
+        """Whether the first `calls` kernel calls have run (read while another thread runs it)."""
+        return self.run.position()[0] >= calls
+
+    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0) -> bool:
         t0 = time.perf_counter()
         try:
-            return self.run.resume(unpause, limit_us)
+            return self.run.resume(unpause, limit_us, until)
         finally:
             dt = time.perf_counter() - t0
             self.stats["execute_s"] += dt
@@ -213,8 +217,8 @@ def wait(buf: Buffer | None = None) -> list:
     ticket = buf.ticket
     if ticket is None:
         return []
-    failed = EXEC.wait(ticket)
-    if ticket.error is None:
+    failed = EXEC.wait(ticket, buf.ready)
+    if ticket.error is None and ticket.done.is_set():
         buf.ticket = None          # final: later reads need not wait
     return failed
 

@@ -173,10 +173,27 @@ def _producer(n: Node) -> Node:
     return n
 
 
+# Note [Early reads]
+# A read waits only for the kernel calls before the one that writes what it reads (Layout.
+# out_ready, ExecQueue.wait), and the rest of the program runs on the queue's worker while the
+# host traces on. So the order of calls puts the scalar outputs' subgraphs first: a training
+# step's loss is then written right after the forward pass, not at the end of the program,
+# and `loss.item()` after `mark_step()` waits for the forward pass only, while the worker runs
+# the backward pass and the update beside the tracing of the next step. Other outputs keep the
+# order in which they were cut (the backward pass interleaved with each parameter's update).
+# Kernels that can fail come right after the scalars (program.generate): that they still run
+# before any update they could leave half done is _donatable's to check, whatever the order.
+def roots(outputs: list[Node], then=()) -> list[Node]:
+    """toposort's roots for `outputs`: the scalars, `then`, the other outputs (Note [Early
+    reads])."""
+    return ([o for o in outputs if o.numel == 1] + list(then)
+            + [o for o in outputs if o.numel != 1])
+
+
 def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
     """Topological order and the set (of ids) of nodes that get their own buffer. The rest are
     computed inline, fused into the loop nest of the realized node that uses them."""
-    order = toposort(outputs)
+    order = toposort(roots(outputs))
     realized = {id(o) for o in outputs if o.op is not Op.DATA}
     uses: dict = {}
     for n in order:

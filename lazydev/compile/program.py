@@ -9,6 +9,7 @@ from . import cexpr
 from .cexpr import CodegenUnsupported
 from .codegen import SPECIAL_PREFIX
 from .kernels import KERNEL_ARGS, SLICED, TEMPLATES, emit_kernel
+from .passes import roots
 
 ALIGN = 64
 
@@ -23,6 +24,7 @@ class Layout:
     kernels: int
     nodes: int
     donatable: dict = None       # output index -> input slots it may overwrite (Note [Donation])
+    out_ready: list = None       # per new output buffer: the calls run once it is final
 
 
 def _reads(order: list[Node], realized: set) -> dict:
@@ -218,15 +220,19 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     if fails and not hoisted:
         # Kernels that can fail run as early as their inputs allow, so the updates after them
         # may overwrite their inputs (Note [Donation]); any topological order is a schedule.
-        first = toposort([kernel_nodes[i] for i in fails] + list(outputs))
+        first = toposort(roots(outputs, [kernel_nodes[i] for i in fails]))
         if [id(n) for n in first] != [id(n) for n in order]:
             return generate(outputs, first, realized, prefix, special, hoisted=True)
     donatable = _donatable(outputs, kernel_nodes, realized, reads,
                            {id(n): n.arg for n in datas}, fails[-1] if fails else -1)
     donated = {id(outputs[i]): slots for i, slots in donatable.items()}
     kernels, calls, ids = [], [], {}
+    out_ready = [None] * len(out_nbytes)
     for group in _groups(kernel_nodes, realized, out_index, donated):
         n, also = kernel_nodes[group[0]], [kernel_nodes[k] for k in group[1:]]
+        for m in (n, *also):
+            if id(m) in out_index:
+                out_ready[out_index[id(m)]] = len(calls) + 1
         alias = {input_pos[s] for m in (n, *also) for s in donated.get(id(m), ())}
         body, ptr_args, slots = (emit_kernel(n, ptrs, realized, alias, also) if also or alias
                                  else emitted[group[0]])  # re-emitted: grouped or aliasing
@@ -239,7 +245,8 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     entry = _entry(nin + len(out_nbytes), calls, len(ids),
                    sliced={kid for body, kid in ids.items() if SLICED in body})
     units = _units(_preamble(prefix), kernels, entry, special)
-    layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable)
+    layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable,
+                    [len(calls) if r is None else r for r in out_ready])
     return units, layout
 
 
@@ -326,10 +333,10 @@ def _entry(arena_index: int, calls: list, n_kernels: int, sliced=()) -> str:
         f"  char* arena = (char*)bufs[{arena_index}];",
         f"  void* P[{max_p}]; double S[{max_s}];",
         f"  for (int c = *next; c < {len(calls)}; c++) {{",
-        "    if (stop[0] || (stop[1] && call_us[c] > stop[1] && !kernel_sliced[call_kernel[c]])) {",
-        "      *next = c;",
+        "    __atomic_store_n(next, c, __ATOMIC_RELEASE);   /* calls before c are done */",
+        "    if (stop[0] || (stop[3] && c >= stop[3])",
+        "        || (stop[1] && call_us[c] > stop[1] && !kernel_sliced[call_kernel[c]]))",
         "      return WSE_PAUSED;",
-        "    }",
         "    const int64_t t0 = wse_clock_ns();",
         "    for (int j = call_pstart[c]; j < call_pstart[c + 1]; j++) {",
         "      int64_t v = call_p[j];",
@@ -338,10 +345,10 @@ def _entry(arena_index: int, calls: list, n_kernels: int, sliced=()) -> str:
         "    for (int j = call_sstart[c]; j < call_sstart[c + 1]; j++)",
         "      S[j - call_sstart[c]] = sc[call_s[j]];",
         "    int rc = kernel_fns[call_kernel[c]](lib, P, S, errinfo);",
-        "    if (rc) { *next = c; return rc; }",
+        "    if (rc) return rc;",
         "    call_us[c] = (int32_t)((wse_clock_ns() - t0) / 1000);",
         "  }",
-        f"  *next = {len(calls)};",
+        f"  __atomic_store_n(next, {len(calls)}, __ATOMIC_RELEASE);",
         "  return 0;",
         "}",
         "",

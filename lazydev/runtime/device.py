@@ -139,8 +139,9 @@ class Buffer:
     """One device allocation, freed when garbage-collected (or by `free()`)."""
 
     # `ticket`: the queued execution that writes this buffer (runtime/queue.py), or None when
-    # its contents are final; readers on the host wait for it.
-    __slots__ = ("nbytes", "ptr", "ticket", "__weakref__")
+    # its contents are final; readers on the host wait for it, up to its `ready`-th kernel call
+    # (Note [Early reads] in compile/passes.py).
+    __slots__ = ("nbytes", "ptr", "ticket", "ready", "__weakref__")
 
     def __init__(self, nbytes: int):
         nbytes = int(nbytes)
@@ -148,6 +149,7 @@ class Buffer:
             raise ValueError(f"Buffer size must be >= 0, got {nbytes}")
         self.nbytes = nbytes
         self.ticket = None
+        self.ready = None
         self.ptr = _malloc(nbytes)  # wse_malloc(0) returns a unique valid pointer
 
     @property
@@ -311,8 +313,8 @@ class Run:
         self._sc = ffi.new("double[]", vals or [0.0])
         self._err = ffi.new("int64_t[4]")
         self._next = ffi.new("int32_t*", 0)
-        # pause flag, long-call limit, sliced GEMM progress (csrc/wse_prefix.h)
-        self._stop = ffi.new("int32_t[3]")
+        # pause flag, long-call limit, sliced GEMM progress, call to stop before (wse_prefix.h)
+        self._stop = ffi.new("int32_t[4]")
 
     def pause(self) -> None:
         """Ask the thread running it to stop before its next kernel call, or its GEMM's next
@@ -320,17 +322,20 @@ class Run:
         self._stop[0] = 1
 
     def position(self) -> tuple:
-        """(the first kernel call not finished, rows or batch elements of that call's sliced
-        GEMM already computed): how far the run is (Note [Sliced GEMM] in csrc/wse_kernels.c)."""
+        """(the first kernel call not finished, blocks of that call's sliced GEMM computed
+        when it paused there): how far the run is, read live while another thread runs it
+        (Note [Sliced GEMM] in csrc/wse_kernels.c)."""
         return self._next[0], self._stop[2]
 
-    def resume(self, unpause: bool = False, limit_us: int = 0) -> bool:
+    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0) -> bool:
         """Run on from where it stopped; True when finished, False when paused (a pause asked
         before this call counts, unless `unpause`). With `limit_us` it also pauses before a
-        call whose last run took longer. Raises the program's error."""
+        call whose last run took longer, with `until` before call `until`. Raises the
+        program's error."""
         if unpause:
             self._stop[0] = 0
         self._stop[1] = limit_us
+        self._stop[3] = until
         if threading.get_ident() != TEAM_THREAD:
             lib.wse_serial_thread()
         rc = lib.wse_program_run(self._entry, self._bufs, self._sc, self._err, self._next,

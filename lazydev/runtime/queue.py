@@ -6,7 +6,8 @@ Note [Async execution]
 queued and Python traces the next step while the C code runs (cffi releases the GIL for the
 call). Jobs run strictly in submission order, so a program reading a buffer written by an earlier
 program needs no other synchronisation. The host waits only where it reads memory: a download
-waits for the ticket of the buffer it reads. After a job fails, the jobs queued behind it are
+waits for the ticket of the buffer it reads, and only until that job has run the kernel call
+that writes the buffer (Note [Early reads] in compile/passes.py). After a job fails, the jobs queued behind it are
 cancelled (their inputs may be garbage) and every failed or cancelled ticket is reported, once,
 at the next wait, oldest first, so the caller can restore the values those jobs would have
 replaced.
@@ -39,7 +40,12 @@ import time
 # in a loop that reads each loss a step late, as benchmarks/run.py does. The limit is 1 ms, not
 # 0.5: a call the host ran in 0.3-0.5 ms (GELU over 1M floats) takes the worker twice that,
 # and stopping there left the worker idle for the rest of the transformer's tracing.
-# A job has `resume(unpause, limit_us) -> finished` and `pause()`; a plain callable runs whole.
+# A host that needs only what a job's first calls write (Note [Early reads] in
+# compile/passes.py) waits until the job has run them, wherever it runs: a job the worker is
+# past them in it does not wait at all; one it takes, it runs up to there and hands back to the
+# worker at once, which goes on with the rest while the host traces on.
+# A job has `resume(unpause, limit_us, until) -> finished`, `pause()` and `reached(calls)`; a
+# plain callable runs whole.
 # A paused job nobody takes (its host's wait was interrupted, or it stopped at a long call and
 # no host came) goes back to the worker after ORPHAN_GRACE, without the limit, so the queue never
 # stalls with every later step's buffers held.
@@ -53,7 +59,7 @@ class Cancelled(RuntimeError):
 
 
 class Ticket:
-    __slots__ = ("done", "error", "seconds", "context", "holds")
+    __slots__ = ("done", "error", "seconds", "context", "holds", "job")
 
     def __init__(self, context=None, holds=None):
         self.done = threading.Event()
@@ -61,6 +67,7 @@ class Ticket:
         self.seconds = 0.0
         self.context = context          # what the submitter needs to undo this job on failure
         self.holds = holds              # the buffers the job runs on (until it has run)
+        self.job = None                 # the job, until it has run (how far it is)
 
 
 class _Whole:
@@ -74,7 +81,10 @@ class _Whole:
     def pause(self) -> None:
         pass
 
-    def resume(self, unpause: bool = False, limit_us: int = 0) -> bool:
+    def reached(self, calls: int) -> bool:
+        return False
+
+    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0) -> bool:
         self.fn()
         return True
 
@@ -116,6 +126,7 @@ class ExecQueue:
         if not hasattr(job, "pause"):
             job = _Whole(job)
         ticket = Ticket(context, holds)
+        ticket.job = job
         self._inflight = [t for t in self._inflight if not t.done.is_set()] + [ticket]
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="lazydev-exec", daemon=True)
@@ -165,31 +176,37 @@ class ExecQueue:
         ticket.done.set()
         self._release()
 
-    def _release(self, paused=None) -> None:
+    def _release(self, paused=None, handed=False) -> None:
         """Let the next job run; `paused` (a paused job and its ticket) goes back to the front
-        of the queue first, for the host that asked for it."""
+        of the queue first, for the host that asked for it, or `handed` to the worker, which
+        starts it at once: a host that ran it as far as it needed."""
         with self._cv:
             if paused is not None:
-                self._pending.appendleft(paused + (time.perf_counter(), True))
+                now = time.perf_counter()
+                # handed: queued HOST_GRACE ago, so the worker does not leave it to a host
+                self._pending.appendleft(paused + ((now - HOST_GRACE, False) if handed
+                                                   else (now, True)))
             self._running = False
             self._worker_job = None
             self._cv.notify_all()
 
-    def _run(self, job, ticket: Ticket, unpause: bool, limit_us: int = 0) -> None:
+    def _run(self, job, ticket: Ticket, unpause: bool, limit_us: int = 0,
+             until: int = 0) -> None:
         t0 = time.perf_counter()
         finished = True
         if self._failed:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
         else:
             try:
-                finished = job.resume(unpause, limit_us)
+                finished = job.resume(unpause, limit_us, until)
             except BaseException as e:   # reported to the host at its next wait
                 ticket.error = e
                 self._failed = True
         ticket.seconds += time.perf_counter() - t0
         if not finished:
-            self._release((job, ticket))
+            self._release((job, ticket), handed=bool(until) and job.reached(until))
             return
+        ticket.job = None
         if ticket.error is not None:
             with self._lock:
                 self._unreported.append(ticket)
@@ -202,12 +219,17 @@ class ExecQueue:
         # buffer something still holds is never donated (Note [Donation] in compile/program.py).
         self._finish(ticket)
 
-    def _await(self, target: Ticket) -> None:
-        """Block until `target` has run, running the jobs up to it on this thread: those the
-        worker has not started, and the rest of the one it is running once it pauses."""
+    def _await(self, target: Ticket, calls: int | None = None) -> None:
+        """Block until `target` has run (its first `calls` calls, if given), running the jobs
+        up to it on this thread: those the worker has not started, and the rest of the one it
+        is running once it pauses."""
         while not target.done.is_set():
             with self._cv:
+                job = target.job
                 if target.done.is_set():
+                    return
+                if calls is not None and job is not None and job.reached(calls):
+                    self._hand_back(target)
                     return
                 got = self._claim(host=True)
                 if got is None:
@@ -216,15 +238,24 @@ class ExecQueue:
                     self._cv.wait()
                     continue
             job, ticket, _ = got
-            self._run(job, ticket, unpause=True)
+            self._run(job, ticket, unpause=True, until=calls if ticket is target and calls else 0)
             job = ticket = got = None
 
-    def wait(self, ticket: Ticket | None = None) -> list:
-        """Wait for `ticket` (or for everything queued); returns the failed and cancelled
-        tickets not reported before, oldest first. The queue accepts work again after."""
+    def _hand_back(self, target: Ticket) -> None:
+        """`target`'s job, if it waits paused for this host (which asked, then found it had
+        run far enough), goes to the worker at once, not after ORPHAN_GRACE. Holds the lock."""
+        if self._pending and self._pending[0][1] is target and self._pending[0][3]:
+            job, ticket, _, _ = self._pending.popleft()
+            self._pending.appendleft((job, ticket, time.perf_counter() - HOST_GRACE, False))
+            self._cv.notify_all()
+
+    def wait(self, ticket: Ticket | None = None, calls: int | None = None) -> list:
+        """Wait for `ticket` (or for everything queued), or only for its first `calls` kernel
+        calls; returns the failed and cancelled tickets not reported before, oldest first. The
+        queue accepts work again after."""
         target = ticket if ticket is not None else self._last
         if target is not None:
-            self._await(target)
+            self._await(target, calls if ticket is not None else None)
         if ticket is None or ticket.error is not None:
             if self._last is not None:
                 self._await(self._last)     # a failure cancels the rest: let them drain
