@@ -1037,6 +1037,21 @@ def test_a_host_needing_calls_the_worker_has_run_does_not_stop_it(monkeypatch):
     q.shutdown()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="only Linux lowers one thread's priority (setpriority per thread)")
+def test_the_worker_thread_runs_at_the_lowest_priority_and_the_host_does_not():
+    """Note [Who runs a program]: the worker yields a shared core to the tracing host."""
+    from lazydev.runtime import queue as Q
+    host = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    q = Q.ExecQueue()
+    ids = []
+    assert q.submit(lambda: ids.append(threading.get_native_id())).done.wait(10)
+    assert ids[0] != threading.get_native_id()
+    assert os.getpriority(os.PRIO_PROCESS, ids[0]) == Q.WORKER_NICE == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == host
+    q.shutdown()
+
+
 def test_a_job_paused_for_a_host_that_never_takes_it_goes_back_to_the_worker(monkeypatch):
     """A paused job nobody waits for (an interrupted wait) must not stall the queue."""
     from lazydev.runtime import queue as Q
