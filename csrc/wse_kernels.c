@@ -192,10 +192,10 @@ WSE_DEFINE_GEMM(f64, double, g_dgemm, g_fdgemm)
    (Note [Who runs a program] in lazydev/runtime/queue.py): the host can take a run over only
    between two calls, and a one-thread GEMM of several milliseconds would keep it waiting. The
    sliced GEMM lets the worker run them anyway. Under a run with a long-call limit (stop[1] > 0:
-   the worker), it computes about WSE_SLICE_FLOPS at a time, row or column blocks of C (or batch
-   elements of a batched GEMM), and after each slice returns WSE_PAUSED if the run was asked to pause,
-   with the blocks done in stop[2]; the entry then leaves *next at this call. The host resumes the
-   call and computes what is left as one GEMM, on the whole team. A run without a limit (the
+   the worker), it computes about WSE_SLICE_FLOPS at a time, row or column blocks of C (or
+   batch elements of a batched GEMM), and after each slice returns WSE_PAUSED if the run was
+   asked to pause, with the blocks done in stop[2]; the entry then leaves *next at this call.
+   The host resumes the call and computes what is left as one GEMM, on the whole team. A run without a limit (the
    host) does the same from stop[2] without slicing, and both leave stop[2] = 0 when done.
    The run's stop array reaches the library through a thread-local that wse_program_run sets
    around the entry: generated kernels do not take it as an argument. */

@@ -245,6 +245,7 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     entry = _entry(nin + len(out_nbytes), calls, len(ids),
                    sliced={kid for body, kid in ids.items() if SLICED in body})
     units = _units(_preamble(prefix), kernels, entry, special)
+    # Every new output has a writer; were one missed, a read would wait for the whole run.
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable,
                     [len(calls) if r is None else r for r in out_ready])
     return units, layout

@@ -7,10 +7,10 @@ queued and Python traces the next step while the C code runs (cffi releases the 
 call). Jobs run strictly in submission order, so a program reading a buffer written by an earlier
 program needs no other synchronisation. The host waits only where it reads memory: a download
 waits for the ticket of the buffer it reads, and only until that job has run the kernel call
-that writes the buffer (Note [Early reads] in compile/passes.py). After a job fails, the jobs queued behind it are
-cancelled (their inputs may be garbage) and every failed or cancelled ticket is reported, once,
-at the next wait, oldest first, so the caller can restore the values those jobs would have
-replaced.
+that writes the buffer (Note [Early reads] in compile/passes.py). After a job fails, the jobs
+queued behind it are cancelled (their inputs may be garbage) and every failed or cancelled
+ticket is reported, once, at the next wait, oldest first, so the caller can restore the values
+those jobs would have replaced.
 """
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ import time
 # starts them however long, since it can pause inside one between slices of about 0.25 ms
 # (Note [Sliced GEMM] in csrc/wse_kernels.c). So while the host traces step i + 1, the worker
 # runs step i's program on one core up to its first long loop, and the host, reading step i's
-# loss, takes over from there on both cores: transformer steps 115 -> 108 ms, MLP 7.3 -> 6.5
-# in a loop that reads each loss a step late, as benchmarks/run.py does. The limit is 1 ms, not
-# 0.5: a call the host ran in 0.3-0.5 ms (GELU over 1M floats) takes the worker twice that,
-# and stopping there left the worker idle for the rest of the transformer's tracing.
+# loss, takes over from there on both cores: benchmarks/run.py's pipelined transformer step,
+# 117-119 ms before, is 110.6 ms. The limit is 1 ms, not 0.5: a call the host ran in 0.3-0.5 ms
+# (GELU over 1M floats) takes the worker twice that, and stopping there left the worker idle
+# for the rest of the transformer's tracing.
 # A host that needs only what a job's first calls write (Note [Early reads] in
 # compile/passes.py) waits until the job has run them, wherever it runs: a job the worker is
 # past them in it does not wait at all; one it takes, it runs up to there and hands back to the
@@ -57,6 +57,7 @@ import time
 # that spinning thread compete for two cores; at equal priority the scheduler often put the
 # worker on the tracing host's core: MLP steps of 10-28 ms among 7 ms ones, CNN steps 6.4 ms
 # against 4.9 at nice 19 (medians of three runs of 60 steps, the two settings alternating).
+# The cost: a step traced in less than the spin (the MLP's 1.6 ms) gets little from the worker.
 HOST_GRACE = 0.0003
 ORPHAN_GRACE = 0.05
 WORKER_LIMIT_US = 1000
@@ -202,10 +203,7 @@ class ExecQueue:
         starts it at once: a host that ran it as far as it needed."""
         with self._cv:
             if paused is not None:
-                now = time.perf_counter()
-                # handed: queued HOST_GRACE ago, so the worker does not leave it to a host
-                self._pending.appendleft(paused + ((now - HOST_GRACE, False) if handed
-                                                   else (now, True)))
+                self._front(*paused, handed)
             self._running = False
             self._worker_job = None
             self._cv.notify_all()
@@ -261,12 +259,20 @@ class ExecQueue:
             self._run(job, ticket, unpause=True, until=calls if ticket is target and calls else 0)
             job = ticket = got = None
 
+    def _front(self, job, ticket: Ticket, handed: bool) -> None:
+        """Put a started job back at the front of the queue (the caller holds the lock):
+        paused for a host, or `handed` to the worker, queued HOST_GRACE ago so it starts it at
+        once."""
+        now = time.perf_counter()
+        self._pending.appendleft((job, ticket) + ((now - HOST_GRACE, False) if handed
+                                                  else (now, True)))
+
     def _hand_back(self, target: Ticket) -> None:
         """`target`'s job, if it waits paused for this host (which asked, then found it had
         run far enough), goes to the worker at once, not after ORPHAN_GRACE. Holds the lock."""
         if self._pending and self._pending[0][1] is target and self._pending[0][3]:
             job, ticket, _, _ = self._pending.popleft()
-            self._pending.appendleft((job, ticket, time.perf_counter() - HOST_GRACE, False))
+            self._front(job, ticket, handed=True)
             self._cv.notify_all()
 
     def wait(self, ticket: Ticket | None = None, calls: int | None = None) -> list:
