@@ -58,6 +58,8 @@ import time
 # worker on the tracing host's core: MLP steps of 10-28 ms among 7 ms ones, CNN steps 6.4 ms
 # against 4.9 at nice 19 (medians of three runs of 60 steps, the two settings alternating).
 # The cost: a step traced in less than the spin (the MLP's 1.6 ms) gets little from the worker.
+# The spin is libgomp's to set, once, from GOMP_SPINCOUNT when torch loads it: too late for us,
+# but a user can (README: the MLP step 7.2 -> 6.6 ms at 2000, torch's eager ops slower).
 HOST_GRACE = 0.0003
 ORPHAN_GRACE = 0.05
 WORKER_LIMIT_US = 1000
