@@ -35,7 +35,7 @@ import time
 # took more than WORKER_LIMIT_US: it pauses there and leaves the job to the host (a one-thread
 # GEMM or the 20-op chain's single loop ran 2-9 ms while the host waited: pipelined MLP 11.7
 # and chain 17.5 ms, against 7.4 and 9.2 synchronous). GEMMs are the exception: the worker
-# starts them however long, since it can pause inside one between slices of about 0.25 ms
+# starts them however long, since it can pause inside one between slices of 0.25-1 ms
 # (Note [Sliced GEMM] in csrc/wse_kernels.c). So while the host traces step i + 1, the worker
 # runs step i's program on one core up to its first long loop, and the host, reading step i's
 # loss, takes over from there on both cores: benchmarks/run.py's pipelined transformer step,
