@@ -864,6 +864,29 @@ def test_a_loss_read_after_mark_step_waits_for_the_calls_that_write_it_only(monk
     torch.testing.assert_close(y.cpu(), a @ a, rtol=1e-4, atol=1e-3)
 
 
+def test_a_value_read_before_its_step_failed_keeps_it_and_the_step_s_updates_are_undone(
+        monkeypatch):
+    """Note [Early reads]: a loss read after its own calls stays readable, with the same value,
+    when a later call of its step fails; the failure is raised at the next read and the step's
+    update to an existing tensor is undone."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the host runs the step up to the loss
+    x = torch.randn(1000)
+    xw, idx, p = x.to("wse"), torch.tensor([5, 2000]).to("wse"), torch.zeros(3).to("wse")
+    lazydev.mark_step()
+    lazydev.wait()
+    bad = xw[idx]                                     # index 2000 of 1000: fails on the device
+    loss = xw.sum()
+    p.add_(1)
+    lazydev.mark_step()
+    first = loss.item()
+    torch.testing.assert_close(first, x.sum().item(), rtol=1e-5, atol=1e-4)
+    with pytest.raises(IndexError, match="2000 is out of bounds"):
+        bad.cpu()
+    assert loss.item() == first
+    assert p.cpu().tolist() == [0.0, 0.0, 0.0]
+
+
 def _on_worker(q, fn):
     """Run fn as a job nobody waits for, so the worker runs it; the thread that ran it."""
     where = []

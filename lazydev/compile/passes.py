@@ -183,6 +183,9 @@ def _producer(n: Node) -> Node:
 # order in which they were cut (the backward pass interleaved with each parameter's update).
 # Kernels that can fail come right after the scalars (program.generate): that they still run
 # before any update they could leave half done is _donatable's to check, whatever the order.
+# If a call after a read fails, the values final before it keep them (a second read agrees with
+# the first), the step's updates to existing tensors are undone, and the error is raised at the
+# next read (trace/sync._raise_failures).
 def roots(outputs: list[Node], then=()) -> list[Node]:
     """toposort's roots for `outputs`: the scalars, `then`, the other outputs (Note [Early
     reads])."""

@@ -343,6 +343,9 @@ class Run:
         if rc == PAUSED:
             return False
         if rc != 0:
+            # Never resumed after this: let the buffers go. Its position stays, to say which
+            # outputs it had written (Note [Early reads] in compile/passes.py).
+            self._keep = None
             raise _program_error(rc, self._err)
         return True
 

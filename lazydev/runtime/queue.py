@@ -226,7 +226,8 @@ class ExecQueue:
         if not finished:
             self._release((job, ticket), handed=bool(until) and job.reached(until))
             return
-        ticket.job = None
+        if ticket.error is None:
+            ticket.job = None           # a failed job stays: how far it got (Note [Early reads])
         if ticket.error is not None:
             with self._lock:
                 self._unreported.append(ticket)

@@ -41,17 +41,28 @@ def wait() -> None:
 
 def _raise_failures(failed: list) -> None:
     """Undo failed and cancelled runs, newest first, so every storage they would have written
-    returns to its value before them; then raise the first real error."""
+    returns to its value before them; then raise the first real error. A new tensor whose value
+    was final before the run failed keeps it: a read may already have returned it (Note [Early
+    reads] in compile/passes.py), and a second read must agree."""
     if not failed:
         return
     for ticket in reversed(failed):
         for st, old, new in ticket.context or ():
+            if old is None and _written(ticket, new):
+                continue
             if st.buf is new:
                 st.buf = old
                 st.version += 1
                 if old is None:
                     st.error = f"{type(failed[0].error).__name__}: {failed[0].error}"
     raise failed[0].error
+
+
+def _written(ticket, buf) -> bool:
+    """Whether the failed run of `ticket` had written `buf` for good before it failed."""
+    job = ticket.job
+    return (job is not None and getattr(buf, "ticket", None) is ticket
+            and buf.ready is not None and job.reached(buf.ready))
 
 
 class StrictSyncError(RuntimeError):
