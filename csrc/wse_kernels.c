@@ -195,13 +195,14 @@ WSE_DEFINE_GEMM(f64, double, g_dgemm, g_fdgemm)
    the worker), it computes about WSE_SLICE_FLOPS at a time, row or column blocks of C (or
    batch elements of a batched GEMM), and after each slice returns WSE_PAUSED if the run was
    asked to pause, with the blocks done in stop[2]; the entry then leaves *next at this call.
-   The host resumes the call and computes what is left as one GEMM, on the whole team. A run without a limit (the
-   host) does the same from stop[2] without slicing, and both leave stop[2] = 0 when done.
+   The host resumes the call and computes what is left as one GEMM, on the whole team. A run
+   without a limit (the host) does the same from stop[2] without slicing, and both leave
+   stop[2] = 0 when done.
    The run's stop array reaches the library through a thread-local that wse_program_run sets
    around the entry: generated kernels do not take it as an argument. */
 #define WSE_SLICE_FLOPS (32LL << 20)   /* ~0.25 ms on one core here */
 /* Narrower column blocks ran slowly on one core: a weight gradient's 256x1024x1024 GEMM
-   (A transposed) took 1.28-1.43x its unsliced time in 64-column slices, 1.09x in 256. */
+   (A transposed) took 1.28-1.43x its unsliced time in 64-column slices, 1.02-1.09x in 256. */
 #define WSE_SLICE_MIN_COLS 256
 
 static __thread volatile int32_t* tls_stop;
