@@ -89,7 +89,7 @@ class Ticket:
         self.seconds = 0.0
         self.context = context          # what the submitter needs to undo this job on failure
         self.holds = holds              # the buffers the job runs on (until it has run)
-        self.job = None                 # the job, until it has run (how far it is)
+        self.job = None                 # the job until it has run, or failed: how far it got
 
 
 class _Whole:
@@ -226,15 +226,13 @@ class ExecQueue:
         if not finished:
             self._release((job, ticket), handed=bool(until) and job.reached(until))
             return
-        if ticket.error is None:
-            ticket.job = None           # a failed job stays: how far it got (Note [Early reads])
-        if ticket.error is not None:
+        if ticket.error is not None:    # its job stays: how far it got (Note [Early reads])
             with self._lock:
                 self._unreported.append(ticket)
         else:
             # The undo record holds the buffers this run replaced; once it succeeded they
             # are garbage (kept, each run would keep its predecessors' buffers alive).
-            ticket.context = None
+            ticket.context = ticket.job = None
         ticket.holds = None
         # The caller drops the job right after: its closure holds the run's buffers, and a
         # buffer something still holds is never donated (Note [Donation] in compile/program.py).
@@ -246,9 +244,9 @@ class ExecQueue:
         is running once it pauses."""
         while not target.done.is_set():
             with self._cv:
-                job = target.job
                 if target.done.is_set():
                     return
+                job = target.job
                 if calls is not None and job is not None and job.reached(calls):
                     self._hand_back(target)
                     return

@@ -61,8 +61,8 @@ def _raise_failures(failed: list) -> None:
 def _written(ticket, buf) -> bool:
     """Whether the failed run of `ticket` had written `buf` for good before it failed."""
     job = ticket.job
-    return (job is not None and getattr(buf, "ticket", None) is ticket
-            and buf.ready is not None and job.reached(buf.ready))
+    return (job is not None and buf.ticket is ticket and buf.ready is not None
+            and job.reached(buf.ready))
 
 
 class StrictSyncError(RuntimeError):
