@@ -21,33 +21,25 @@
 
 /* ---- ABI shared with the runtime ------------------------------------- */
 
+/* The parameters of every GEMM entry below, for element type T: one list, so the plain and
+   the sliced entries cannot drift apart. */
+#define WSE_GEMM_PARAMS(T)                                                  \
+  int64_t batch, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, \
+      T alpha, const T* A, int64_t lda, int64_t stride_a,                   \
+      const T* B, int64_t ldb, int64_t stride_b,                            \
+      T beta, T* C, int64_t ldc, int64_t stride_c
+
 typedef struct wse_lib {
   /* Row-major batched GEMM: for b in [0,batch):
        C_b = alpha * op(A_b) @ op(B_b) + beta * C_b,  op(X) = X or X^T.
      A_b = A + b*stride_a (elements), likewise B_b, C_b; M,N,K as in BLAS. */
-  void (*gemm_f32)(int64_t batch, int trans_a, int trans_b,
-                   int64_t M, int64_t N, int64_t K,
-                   float alpha, const float* A, int64_t lda, int64_t stride_a,
-                   const float* B, int64_t ldb, int64_t stride_b,
-                   float beta, float* C, int64_t ldc, int64_t stride_c);
-  void (*gemm_f64)(int64_t batch, int trans_a, int trans_b,
-                   int64_t M, int64_t N, int64_t K,
-                   double alpha, const double* A, int64_t lda, int64_t stride_a,
-                   const double* B, int64_t ldb, int64_t stride_b,
-                   double beta, double* C, int64_t ldc, int64_t stride_c);
+  void (*gemm_f32)(WSE_GEMM_PARAMS(float));
+  void (*gemm_f64)(WSE_GEMM_PARAMS(double));
   /* The same product, resumable: a run with a long-call limit computes it in slices and
      returns WSE_PAUSED between two if asked to pause; calling it again on the same run goes
      on from there (Note [Sliced GEMM] in csrc/wse_kernels.c). Otherwise returns 0. */
-  int (*gemm_f32_sliced)(int64_t batch, int trans_a, int trans_b,
-                         int64_t M, int64_t N, int64_t K,
-                         float alpha, const float* A, int64_t lda, int64_t stride_a,
-                         const float* B, int64_t ldb, int64_t stride_b,
-                         float beta, float* C, int64_t ldc, int64_t stride_c);
-  int (*gemm_f64_sliced)(int64_t batch, int trans_a, int trans_b,
-                         int64_t M, int64_t N, int64_t K,
-                         double alpha, const double* A, int64_t lda, int64_t stride_a,
-                         const double* B, int64_t ldb, int64_t stride_b,
-                         double beta, double* C, int64_t ldc, int64_t stride_c);
+  int (*gemm_f32_sliced)(WSE_GEMM_PARAMS(float));
+  int (*gemm_f64_sliced)(WSE_GEMM_PARAMS(double));
   /* conv2d on contiguous NCHW input, OIHW weight (I = C/groups), output
      N,O,OH,OW, no bias.  p = {N, C, H, W, O, KH, KW, stride_h, stride_w,
      pad_h, pad_w, dil_h, dil_w, groups, OH, OW}.  Outputs are overwritten. */
