@@ -118,62 +118,43 @@ def local_key(op, dtype, shape, arg) -> int:
     return hash((op, dtype, shape, arg if arg is None else _arg_id(arg)))
 
 
-_new = object.__new__
+# Note [Native nodes]
+# Node is a C type (csrc/wse_node.c): fields op, dtype, shape, src, arg and key, read-only, and
+# Node.make(op, dtype, shape, src, arg, local), which takes the node's local_key from the caller
+# (a replay plan computes it once per recipe, tensor/replay.py). Made in C, a node costs about
+# a seventh of the Python class it replaces, and it is not tracked by the cyclic GC, which
+# scanned every node of a trace at each young collection (csrc/wse_node.c says why that is
+# safe). The methods below are not on the recording path and stay in Python.
+from _lazydev_node import Node  # noqa: E402
 
 
-class Node:
-    """One value in the trace. Immutable; `key` is structural (Note [IR keys])."""
-
-    __slots__ = ("op", "dtype", "shape", "src", "arg", "key")
-
-    def __new__(cls, op: Op, dtype: torch.dtype, shape: tuple, src: tuple = (), arg=None):
-        return Node.make(op, dtype, shape, src, arg, local_key(op, dtype, shape, arg))
-
-    @staticmethod
-    def make(op: Op, dtype: torch.dtype, shape: tuple, src: tuple, arg, local: int) -> "Node":
-        """Node(op, dtype, shape, src, arg) given its `local_key`, which a replay plan computes
-        once per recipe (tensor/replay.py): the same node, a third cheaper to make."""
-        self = _new(Node)
-        # __setattr__ below refuses every write, so the slots are filled through their
-        # descriptors (_SET, bound after the class): a quarter cheaper than object.__setattr__.
-        set_op, set_dtype, set_shape, set_src, set_arg, set_key = _SET
-        set_op(self, op)
-        set_dtype(self, dtype)
-        set_shape(self, shape)
-        set_src(self, src)
-        set_arg(self, arg)
-        n = len(src)            # the common arities spelled out: a fifth of a node's cost
-        if n == 0:
-            set_key(self, hash((local,)))
-        elif n == 1:
-            set_key(self, hash((local, src[0].key)))
-        elif n == 2:
-            set_key(self, hash((local, src[0].key, src[1].key)))
-        else:
-            set_key(self, hash((local, *[s.key for s in src])))
-        return self
-
-    def __setattr__(self, name, value):
-        raise AttributeError("lazydev IR nodes are immutable")
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    def replace(self, **kw) -> "Node":
-        fields = dict(op=self.op, dtype=self.dtype, shape=self.shape, src=self.src, arg=self.arg)
-        fields.update(kw)
-        return Node(**fields)
-
-    def __repr__(self) -> str:
-        dt = str(self.dtype).replace("torch.", "")
-        return f"Node({self.op.name}, {dt}{list(self.shape)}, arg={self.arg!r}, nsrc={len(self.src)})"
+def _node_new(cls, op: Op, dtype: torch.dtype, shape: tuple, src: tuple = (), arg=None):
+    return Node.make(op, dtype, shape, src, arg, local_key(op, dtype, shape, arg))
 
 
-_SET = tuple(Node.__dict__[name].__set__ for name in Node.__slots__)
+def _numel(self) -> int:
+    n = 1
+    for d in self.shape:
+        n *= d
+    return n
+
+
+def _replace(self, **kw) -> "Node":
+    fields = dict(op=self.op, dtype=self.dtype, shape=self.shape, src=self.src, arg=self.arg)
+    fields.update(kw)
+    return Node(**fields)
+
+
+def _repr(self) -> str:
+    dt = str(self.dtype).replace("torch.", "")
+    return f"Node({self.op.name}, {dt}{list(self.shape)}, arg={self.arg!r}, nsrc={len(self.src)})"
+
+
+Node.__new__ = _node_new
+Node.numel = property(_numel)
+Node.replace = _replace
+Node.__repr__ = _repr
+Node.__module__ = __name__
 
 
 def toposort(outputs) -> list[Node]:
