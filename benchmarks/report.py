@@ -63,6 +63,9 @@ def _notes(by: dict, r: dict) -> str:
     if r.get("median_execute_s") is not None:
         notes.append(f"execute {_ms(r['median_execute_s'])}, {r['aten_ops']} ops -> "
                      f"{r['trace_nodes']:.0f} nodes")
+    if r.get("record_first_us") is not None and r.get("record_rest_us_per_op") is not None:
+        notes.append(f"recording: first op {r['record_first_us']:.0f} µs, the others "
+                     f"{r['record_rest_us_per_op']:.1f} µs/op")
     if r.get("device_peak_mb") is not None:
         notes.append(f"device peak {r['device_peak_mb']:.0f} MB")
     return "; ".join(notes)
