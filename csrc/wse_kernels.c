@@ -14,7 +14,6 @@
  */
 #include "wse_runtime.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -68,17 +67,6 @@ static int can_fork(int64_t work) {
   (void)work;
   return 0;
 #endif
-}
-
-static void* xmalloc(size_t n) {
-  /* Kernels have no error channel; a NULL scratch buffer would mean silent
-     garbage, so fail loudly. Scratch is O(one image), rarely large. */
-  void* p = malloc(n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "wse kernels: out of host memory allocating %zu bytes of scratch\n", n);
-    abort();
-  }
-  return p;
 }
 
 /* ======================= batched GEMM ==================================== */
@@ -397,16 +385,17 @@ static int image_threads(const conv_t* c) {
 typedef void (*image_fn)(const conv_t*, const float*, const float*, float*, float*);
 
 /* Runs fn for every image n on in + n*in_stride -> out + n*out_stride, each
-   thread with its own im2col scratch. */
+   thread with its own im2col scratch (Note [Scratch failures] in wse_runtime.c). */
 static void for_each_image(const conv_t* c, image_fn fn, const float* in, int64_t in_stride,
-                           const float* w, float* out, int64_t out_stride) {
+                           const float* w, float* out, int64_t out_stride, int64_t* failed) {
   int nt = image_threads(c);
   size_t col_bytes = c->identity ? 0 : (size_t)(c->K * c->L) * sizeof(float);
   _Pragma("omp parallel num_threads(nt) if (nt > 1)")
   {
-    float* col = xmalloc(col_bytes);
+    float* col = wse_scratch(col_bytes, failed);
     _Pragma("omp for schedule(static)")
-    for (int64_t n = 0; n < c->N; n++) fn(c, in + n * in_stride, w, out + n * out_stride, col);
+    for (int64_t n = 0; n < c->N; n++)
+      if (col) fn(c, in + n * in_stride, w, out + n * out_stride, col);
     free(col);
   }
 }
@@ -498,12 +487,14 @@ static void dw_bwd_input(const conv_t* c, const float* gy, const float* w, float
     dw_bwd_input_plane(c, gy + i * c->L, w + (i % c->C) * taps, gx + i * c->H * c->W);
 }
 
-static void dw_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw) {
+static void dw_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw,
+                          int64_t* failed) {
   _Pragma("omp parallel if (can_fork(c->N * c->C * c->L * c->KH * c->KW))")
   {
-    float* acc = xmalloc((size_t)c->OW * sizeof(float));
+    float* acc = wse_scratch((size_t)c->OW * sizeof(float), failed);
     _Pragma("omp for schedule(static)")
-    for (int64_t ch = 0; ch < c->C; ch++) dw_bwd_weight_channel(c, gy, x, gw, ch, acc);
+    for (int64_t ch = 0; ch < c->C; ch++)
+      if (acc) dw_bwd_weight_channel(c, gy, x, gw, ch, acc);
     free(acc);
   }
 }
@@ -616,14 +607,16 @@ static void dc_row(const dc_pad_t* p, int64_t KH, int64_t KW, const float* xp, c
 
 /* y (N x O x OH x OW) = x (N x C x H x W) correlated with w (O x C x KH x KW), stride 1. */
 static void dc_forward(const float* x, const float* w, float* y, int64_t N, const dc_pad_t* p,
-                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW) {
+                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                       int64_t* failed) {
   const size_t bytes = (size_t)(p->C * p->Hp * p->Wp) * sizeof(float);
   _Pragma("omp parallel if (can_fork(N * O * OH * OW * p->C * KH * KW))")
   {
-    float* xp = xmalloc(bytes);
-    memset(xp, 0, bytes);
+    float* xp = wse_scratch(bytes, failed);
+    if (xp) memset(xp, 0, bytes);
     _Pragma("omp for schedule(static)")
     for (int64_t n = 0; n < N; n++) {
+      if (!xp) continue;
       dc_fill(p, x + n * p->C * p->H * p->W, p->C, xp);
       for (int64_t oh = 0; oh < OH; oh++)
         dc_row(p, KH, KW, xp, w, O, oh, y + n * O * OH * OW, OH, OW);
@@ -632,22 +625,25 @@ static void dc_forward(const float* x, const float* w, float* y, int64_t N, cons
   }
 }
 
-static void direct_fwd(const conv_t* c, const float* x, const float* w, float* y) {
+static void direct_fwd(const conv_t* c, const float* x, const float* w, float* y,
+                       int64_t* failed) {
   dc_pad_t p = dc_pad(c->C, c->H, c->W, c->ph, c->pw, c->KW, c->OW);
-  dc_forward(x, w, y, c->N, &p, c->O, c->KH, c->KW, c->OH, c->OW);
+  dc_forward(x, w, y, c->N, &p, c->O, c->KH, c->KW, c->OH, c->OW, failed);
 }
 
 /* gx = gy correlated with w flipped in both taps and swapped in channels, padded by K - 1 - p:
    gx[c][ih][iw] = sum over o, kh, kw of gy[o][ih + ph - kh][iw + pw - kw] * w[o][c][kh][kw]. */
-static void direct_bwd_input(const conv_t* c, const float* gy, const float* w, float* gx) {
+static void direct_bwd_input(const conv_t* c, const float* gy, const float* w, float* gx,
+                             int64_t* failed) {
   const int64_t taps = c->KH * c->KW;
-  float* wf = xmalloc((size_t)(c->O * c->C * taps) * sizeof(float));
+  float* wf = wse_scratch((size_t)(c->O * c->C * taps) * sizeof(float), failed);
+  if (!wf) return;
   for (int64_t o = 0; o < c->O; o++)
     for (int64_t ch = 0; ch < c->C; ch++)
       for (int64_t k = 0; k < taps; k++)
         wf[(ch * c->O + o) * taps + taps - 1 - k] = w[(o * c->C + ch) * taps + k];
   dc_pad_t p = dc_pad(c->O, c->OH, c->OW, c->KH - 1 - c->ph, c->KW - 1 - c->pw, c->KW, c->W);
-  dc_forward(gy, wf, gx, c->N, &p, c->C, c->KH, c->KW, c->H, c->W);
+  dc_forward(gy, wf, gx, c->N, &p, c->C, c->KH, c->KW, c->H, c->W, failed);
   free(wf);
 }
 
@@ -717,19 +713,24 @@ static int direct_weight_ok(const conv_t* c) {
 /* gw = the sum over images of gy correlated with x: per block of images, lane sums of every
    weight; then each weight's blocks and lanes added in a fixed order (independent of the
    thread count). */
-static void direct_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw) {
+static void direct_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw,
+                              int64_t* failed) {
   dc_pad_t p = dc_pad(c->C, c->H, c->W, c->ph, c->pw, c->KW, c->OW);
   const int64_t nw = c->O * c->C * c->KH * c->KW, grow = p.tiles * DC_VL;
   const int64_t blocks = c->N < DC_BLOCKS ? c->N : DC_BLOCKS;
-  dc_vec* part = xmalloc((size_t)(blocks * nw) * sizeof(dc_vec));
+  const size_t xp_bytes = (size_t)(c->C * p.Hp * p.Wp) * sizeof(float);
+  const size_t gp_bytes = (size_t)(c->O * c->OH * grow) * sizeof(float);
+  dc_vec* part = wse_scratch((size_t)(blocks * nw) * sizeof(dc_vec), failed);
+  if (!part) return;
   _Pragma("omp parallel if (can_fork(c->N * c->O * c->L * c->K))")
   {
-    float* xp = xmalloc((size_t)(c->C * p.Hp * p.Wp) * sizeof(float));
-    float* gp = xmalloc((size_t)(c->O * c->OH * grow) * sizeof(float));
-    memset(xp, 0, (size_t)(c->C * p.Hp * p.Wp) * sizeof(float));
-    memset(gp, 0, (size_t)(c->O * c->OH * grow) * sizeof(float));
+    float* xp = wse_scratch(xp_bytes, failed);
+    float* gp = wse_scratch(gp_bytes, failed);
+    if (xp) memset(xp, 0, xp_bytes);
+    if (gp) memset(gp, 0, gp_bytes);
     _Pragma("omp for schedule(static)")
     for (int64_t b = 0; b < blocks; b++) {
+      if (!xp || !gp) continue;
       memset(part + b * nw, 0, (size_t)nw * sizeof(dc_vec));
       dc_weight_block(c, &p, gy, x, b * c->N / blocks, (b + 1) * c->N / blocks, xp, gp,
                       part + b * nw);
@@ -737,7 +738,7 @@ static void direct_bwd_weight(const conv_t* c, const float* gy, const float* x, 
     free(xp);
     free(gp);
   }
-  for (int64_t i = 0; i < nw; i++) {
+  for (int64_t i = 0; i < nw && !*failed; i++) {
     dc_vec v = part[i];
     for (int64_t b = 1; b < blocks; b++) v += part[b * nw + i];
     gw[i] = dc_hsum(v);
@@ -745,62 +746,52 @@ static void direct_bwd_weight(const conv_t* c, const float* gy, const float* x, 
   free(part);
 }
 
-/* ---- entry points ------------------------------------------------------- */
+/* ---- entry points: 0, or WSE_ERR_NO_MEMORY (Note [Scratch failures]) ------ */
 
-static void conv2d_f32(const float* x, const float* w, float* y, const int64_t* p) {
+static int conv2d_f32(const float* x, const float* w, float* y, const int64_t* p,
+                      int64_t* errinfo) {
   conv_t c = conv_unpack(p);
-  if (c.depthwise) {
+  int64_t failed = 0;
+  if (c.depthwise)
     dw_fwd(&c, x, w, y);
-    return;
-  }
-  if (direct_ok(&c, c.O)) {
-    direct_fwd(&c, x, w, y);
-    return;
-  }
-  for_each_image(&c, fwd_image, x, c.C * c.H * c.W, w, y, c.O * c.L);
+  else if (direct_ok(&c, c.O))
+    direct_fwd(&c, x, w, y, &failed);
+  else
+    for_each_image(&c, fwd_image, x, c.C * c.H * c.W, w, y, c.O * c.L, &failed);
+  return wse_scratch_status(failed, errinfo);
 }
 
-static void conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, const int64_t* p) {
+static int conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, const int64_t* p,
+                                int64_t* errinfo) {
   conv_t c = conv_unpack(p);
-  if (c.depthwise) {
+  int64_t failed = 0;
+  if (c.depthwise)
     dw_bwd_input(&c, gy, w, gx);
-    return;
-  }
-  if (direct_ok(&c, c.C)) {
-    direct_bwd_input(&c, gy, w, gx);
-    return;
-  }
-  for_each_image(&c, bwd_input_image, gy, c.O * c.L, w, gx, c.C * c.H * c.W);
+  else if (direct_ok(&c, c.C))
+    direct_bwd_input(&c, gy, w, gx, &failed);
+  else
+    for_each_image(&c, bwd_input_image, gy, c.O * c.L, w, gx, c.C * c.H * c.W, &failed);
+  return wse_scratch_status(failed, errinfo);
 }
 
 /* Images are summed into gw, so threads accumulate private copies that are
    reduced afterwards (static schedule keeps the result deterministic). */
-static void conv2d_bwd_weight_f32(const float* gy, const float* x, float* gw, const int64_t* p) {
-  conv_t c = conv_unpack(p);
-  int64_t wsize = c.O * c.K;
-  if (c.depthwise) {
-    dw_bwd_weight(&c, gy, x, gw);
-    return;
-  }
-  if (c.N <= 0) {
-    memset(gw, 0, (size_t)wsize * sizeof(float));
-    return;
-  }
-  if (direct_weight_ok(&c)) {
-    direct_bwd_weight(&c, gy, x, gw);
-    return;
-  }
-  int nt = image_threads(&c);
-  size_t col_bytes = c.identity ? 0 : (size_t)(c.K * c.L) * sizeof(float);
-  float* part = nt > 1 ? xmalloc((size_t)(nt * wsize) * sizeof(float)) : gw;
+static void im2col_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw,
+                              int64_t* failed) {
+  int64_t wsize = c->O * c->K;
+  int nt = image_threads(c);
+  size_t col_bytes = c->identity ? 0 : (size_t)(c->K * c->L) * sizeof(float);
+  float* part = nt > 1 ? wse_scratch((size_t)(nt * wsize) * sizeof(float), failed) : gw;
+  if (!part) return;
   _Pragma("omp parallel num_threads(nt) if (nt > 1)")
   {
-    float* col = xmalloc(col_bytes);
+    float* col = wse_scratch(col_bytes, failed);
     float* acc = part + (nt > 1 ? thread_num() * wsize : 0);
     float beta = 0.0f;
     _Pragma("omp for schedule(static)")
-    for (int64_t n = 0; n < c.N; n++) {
-      bwd_weight_image(&c, gy + n * c.O * c.L, x + n * c.C * c.H * c.W, acc, col, beta);
+    for (int64_t n = 0; n < c->N; n++) {
+      if (!col) continue;
+      bwd_weight_image(c, gy + n * c->O * c->L, x + n * c->C * c->H * c->W, acc, col, beta);
       beta = 1.0f;
     }
     if (beta == 0.0f) memset(acc, 0, (size_t)wsize * sizeof(float)); /* thread got no image */
@@ -814,6 +805,21 @@ static void conv2d_bwd_weight_f32(const float* gy, const float* x, float* gw, co
     }
     free(part);
   }
+}
+
+static int conv2d_bwd_weight_f32(const float* gy, const float* x, float* gw, const int64_t* p,
+                                 int64_t* errinfo) {
+  conv_t c = conv_unpack(p);
+  int64_t failed = 0;
+  if (c.depthwise)
+    dw_bwd_weight(&c, gy, x, gw, &failed);
+  else if (c.N <= 0)
+    memset(gw, 0, (size_t)(c.O * c.K) * sizeof(float));
+  else if (direct_weight_ok(&c))
+    direct_bwd_weight(&c, gy, x, gw, &failed);
+  else
+    im2col_bwd_weight(&c, gy, x, gw, &failed);
+  return wse_scratch_status(failed, errinfo);
 }
 
 const wse_lib_t wse_kernels_lib = {

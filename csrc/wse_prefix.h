@@ -42,20 +42,23 @@ typedef struct wse_lib {
   int (*gemm_f64_sliced)(WSE_GEMM_PARAMS(double));
   /* conv2d on contiguous NCHW input, OIHW weight (I = C/groups), output
      N,O,OH,OW, no bias.  p = {N, C, H, W, O, KH, KW, stride_h, stride_w,
-     pad_h, pad_w, dil_h, dil_w, groups, OH, OW}.  Outputs are overwritten. */
-  void (*conv2d_f32)(const float* x, const float* w, float* y, const int64_t* p);
-  void (*conv2d_bwd_input_f32)(const float* gy, const float* w, float* gx,
-                               const int64_t* p);
-  void (*conv2d_bwd_weight_f32)(const float* gy, const float* x, float* gw,
-                                const int64_t* p);
+     pad_h, pad_w, dil_h, dil_w, groups, OH, OW}.  Outputs are overwritten.
+     Return 0, or WSE_ERR_NO_MEMORY when their scratch could not be allocated. */
+  int (*conv2d_f32)(const float* x, const float* w, float* y, const int64_t* p,
+                    int64_t* errinfo);
+  int (*conv2d_bwd_input_f32)(const float* gy, const float* w, float* gx, const int64_t* p,
+                              int64_t* errinfo);
+  int (*conv2d_bwd_weight_f32)(const float* gy, const float* x, float* gw, const int64_t* p,
+                               int64_t* errinfo);
   /* LAPACK routine p[0] on row-major matrices (csrc/wse_linalg.c has the contract);
      returns 0 or a WSE_ERR_* code. */
   int (*linalg)(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
   /* Stable sort of every row along the middle axis of a contiguous
      [outer, n, inner] array of dtype dt (WSE_DT_*): writes each row's sorting
-     permutation to idx (same layout).  NaN sorts as the largest value. */
-  void (*argsort)(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
-                  int descending, int64_t* idx);
+     permutation to idx (same layout).  NaN sorts as the largest value.  Returns 0, or
+     WSE_ERR_NO_MEMORY when its scratch could not be allocated. */
+  int (*argsort)(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
+                 int descending, int64_t* idx, int64_t* errinfo);
 } wse_lib_t;
 
 /* dtype codes of library kernels that take any dtype (lib->argsort). */
@@ -86,6 +89,7 @@ typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
 #define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
 #define WSE_ERR_LINALG 3   /* errinfo[0] = LAPACK info, [1] = batch index, [2] = check id */
 #define WSE_ERR_NO_LAPACK 4 /* the LAPACK routine could not be loaded */
+#define WSE_ERR_NO_MEMORY 5 /* errinfo[0] = bytes of scratch a library routine could not get */
 
 /* The entry times each call with it (stop[1] above). */
 static inline int64_t wse_clock_ns(void) {

@@ -162,6 +162,32 @@ static char* raw_alloc(size_t total, int* cls) {
   return raw;
 }
 
+/* Note [Scratch failures]
+   Convolution and sorting take host scratch while they run (an im2col matrix, a padded image,
+   per-thread partial sums, sort keys): O(one image or one row), so malloc fails only for huge
+   inputs, or under a memory limit.  Then the routine skips its work and returns
+   WSE_ERR_NO_MEMORY, with the size in errinfo[0]: its kernel fails the program like an index
+   check does (lazydev/compile/program.py: kernels that can fail run before any in-place
+   update), and Python raises DeviceOutOfMemoryError with every tensor as it was.  A thread
+   whose scratch failed still takes part in its team's worksharing loops, doing nothing, so no
+   barrier waits for it. */
+static _Atomic int64_t g_scratch_limit = 0;
+
+void wse_set_scratch_limit(int64_t nbytes) { atomic_store(&g_scratch_limit, nbytes); }
+
+void* wse_scratch(size_t n, int64_t* failed) {
+  int64_t lim = atomic_load(&g_scratch_limit);
+  void* p = lim > 0 && (int64_t)n > lim ? NULL : malloc(n ? n : 1);
+  if (!p) __atomic_store_n(failed, (int64_t)n, __ATOMIC_RELAXED);
+  return p;
+}
+
+int wse_scratch_status(int64_t failed, int64_t* errinfo) {
+  if (!failed) return 0;
+  errinfo[0] = failed;
+  return WSE_ERR_NO_MEMORY;
+}
+
 void* wse_malloc(int64_t nbytes) {
   if (nbytes < 0) return NULL;
   int64_t cap = wse_capacity();

@@ -71,8 +71,13 @@ void wse_kernels_set_run(volatile int32_t* stop);
 int wse_linalg_load(void* handle);   /* wse_linalg.c: 0 ok, 1 a LAPACK symbol is missing */
 int wse_linalg(const int64_t* p, const void* const* in, void* out, int64_t* errinfo);
 extern const wse_lib_t wse_kernels_lib;
-void wse_argsort(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
-                 int descending, int64_t* idx);   /* wse_sort.c */
+int wse_argsort(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
+                int descending, int64_t* idx, int64_t* errinfo);   /* wse_sort.c */
+/* Scratch of the library routines (Note [Scratch failures] in wse_runtime.c): malloc(n), or
+   NULL with *failed = n; then wse_scratch_status gives the routine's return code. */
+void* wse_scratch(size_t n, int64_t* failed);
+int wse_scratch_status(int64_t failed, int64_t* errinfo);
+void wse_set_scratch_limit(int64_t nbytes);   /* tests: larger requests fail; 0: no limit */
 
 #ifdef __cplusplus
 }

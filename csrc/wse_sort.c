@@ -13,20 +13,11 @@
  */
 #include "wse_runtime.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 #define WSE_SORT_MIN_WORK (1LL << 15)   /* elements below which rows run serially */
 #define WSE_INSERTION_RUN 16            /* runs this short are insertion-sorted */
 
-static void* sort_xmalloc(size_t n) {
-  void* p = malloc(n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "wse sort: out of host memory allocating %zu bytes of scratch\n", n);
-    abort();
-  }
-  return p;
-}
 
 /* Stable merge sort of idx[0..n) by key, using tmp[0..n) as scratch.
    BEFORE(a, b) is true when key a must be placed strictly before key b. */
@@ -106,24 +97,26 @@ static void sort_row(const void* x, int dt, int64_t base, int64_t n, int64_t ste
   for (int64_t j = 0; j < n; j++) out[base + j * step] = idx[j];
 }
 
-void wse_argsort(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
-                 int descending, int64_t* idx_out) {
-  int64_t rows = outer * inner;
-  if (rows <= 0 || n <= 0) return;
+int wse_argsort(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
+                int descending, int64_t* idx_out, int64_t* errinfo) {
+  int64_t rows = outer * inner, failed = 0;
+  if (rows <= 0 || n <= 0) return 0;
   int parallel = rows > 1 && rows * n >= WSE_SORT_MIN_WORK;
   (void)parallel;
   _Pragma("omp parallel if (parallel)")
   {
-    void* keys = sort_xmalloc((size_t)n * 8);
-    int64_t* idx = sort_xmalloc((size_t)n * sizeof(int64_t));
-    int64_t* tmp = sort_xmalloc((size_t)n * sizeof(int64_t));
+    void* keys = wse_scratch((size_t)n * 8, &failed);
+    int64_t* idx = wse_scratch((size_t)n * sizeof(int64_t), &failed);
+    int64_t* tmp = wse_scratch((size_t)n * sizeof(int64_t), &failed);
+    int ok = keys && idx && tmp;   /* Note [Scratch failures] in wse_runtime.c */
     _Pragma("omp for schedule(static)")
     for (int64_t r = 0; r < rows; r++) {
       int64_t base = (r / inner) * n * inner + r % inner;
-      sort_row(x, dt, base, n, inner, descending, idx_out, keys, idx, tmp);
+      if (ok) sort_row(x, dt, base, n, inner, descending, idx_out, keys, idx, tmp);
     }
     free(keys);
     free(idx);
     free(tmp);
   }
+  return wse_scratch_status(failed, errinfo);
 }

@@ -336,13 +336,11 @@ def test_gemm_runs_on_torchs_mkl_and_on_openblas_when_asked():
 CONV_C = r"""
 int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo,
               int32_t* next, const volatile int32_t* stop) {
-  (void)errinfo;
   int64_t p[WSE_CONV_NPARAMS];
   for (int i = 0; i < WSE_CONV_NPARAMS; i++) p[i] = (int64_t)s[i + 1];
-  if (s[0] == 0) lib->conv2d_f32(bufs[0], bufs[1], bufs[2], p);
-  if (s[0] == 1) lib->conv2d_bwd_input_f32(bufs[0], bufs[1], bufs[2], p);
-  if (s[0] == 2) lib->conv2d_bwd_weight_f32(bufs[0], bufs[1], bufs[2], p);
-  return 0;
+  if (s[0] == 0) return lib->conv2d_f32(bufs[0], bufs[1], bufs[2], p, errinfo);
+  if (s[0] == 1) return lib->conv2d_bwd_input_f32(bufs[0], bufs[1], bufs[2], p, errinfo);
+  return lib->conv2d_bwd_weight_f32(bufs[0], bufs[1], bufs[2], p, errinfo);
 }
 """
 
@@ -1104,3 +1102,61 @@ def test_a_failed_job_cancels_the_rest_whoever_runs_them():
     assert [type(t.error) for t in failed] == [ValueError, Cancelled]
     assert q.wait(q.submit(lambda: None)) == []          # the queue accepts work again
     q.shutdown()
+
+
+@pytest.fixture
+def scratch_limit():
+    """Scratch requests of the library routines over the limit fail (Note [Scratch failures]
+    in csrc/wse_runtime.c), as malloc would for huge inputs; 0 lifts it."""
+    from _lazydev_wse import lib
+    yield lib.wse_set_scratch_limit
+    lib.wse_set_scratch_limit(0)
+
+
+# (in, out, groups, stride): the direct loops, im2col + GEMM, depthwise (csrc/wse_kernels.c)
+@pytest.mark.parametrize("cin,cout,groups,stride", [(3, 8, 1, 1), (8, 16, 1, 2), (8, 8, 8, 1)])
+def test_a_convolution_short_of_scratch_raises_and_changes_nothing(scratch_limit, cin, cout,
+                                                                    groups, stride):
+    torch.manual_seed(0)
+    cpu = torch.nn.Conv2d(cin, cout, 3, stride=stride, padding=1, groups=groups)
+    x = torch.randn(4, cin, 12, 12)
+    dev = torch.nn.Conv2d(cin, cout, 3, stride=stride, padding=1, groups=groups)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("wse")
+    xw = x.to("wse")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (cpu, dev)]
+
+    def step(model, inp, opt):
+        loss = model(inp).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+    before = cpu.weight.detach().clone()
+    lazydev.mark_step()
+    scratch_limit(16)       # the depthwise backward weight's scratch is one output row
+    step(dev, xw, opts[1])
+    lazydev.mark_step()
+    with pytest.raises(DeviceOutOfMemoryError, match="scratch"):
+        dev.weight.cpu()
+    scratch_limit(0)
+    torch.testing.assert_close(dev.weight.cpu(), before, rtol=0, atol=0)
+    loss = step(dev, xw, opts[1])
+    lazydev.mark_step()
+    torch.testing.assert_close(loss.item(), step(cpu, x, opts[0]).item(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dev.weight.cpu(), cpu.weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_sort_short_of_scratch_raises_and_the_next_one_runs(scratch_limit):
+    x = torch.randn(64, 300)
+    xw = x.to("wse")
+    lazydev.mark_step()
+    scratch_limit(16)
+    values, _ = torch.sort(xw, dim=1)
+    with pytest.raises(DeviceOutOfMemoryError, match="scratch"):
+        values.cpu()
+    scratch_limit(0)
+    values, indices = torch.sort(xw, dim=1)
+    expected = torch.sort(x, dim=1)
+    assert torch.equal(values.cpu(), expected.values)
+    assert torch.equal(indices.cpu(), expected.indices)

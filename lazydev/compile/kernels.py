@@ -681,7 +681,7 @@ def conv(e: Emitter, n: Node) -> None:
           Op.CONV2D_BWD_WEIGHT: "conv2d_bwd_weight_f32"}[n.op]
     e.b.line(f"static const int64_t cp[16] = {{{', '.join(map(str, dims))}}};")
     if n.numel:
-        e.b.line(f"lib->{fn}({e.ptr(first)}, {e.ptr(second)}, {e.ptr(n)}, cp);")
+        e.b.line(f"err = lib->{fn}({e.ptr(first)}, {e.ptr(second)}, {e.ptr(n)}, cp, errinfo);")
 
 
 def linalg(e: Emitter, n: Node) -> None:

@@ -32,8 +32,8 @@ def sort_rows(e: Emitter, n: Node) -> None:
     axis, descending = n.arg
     outer, size, inner = _split(x.shape, axis)
     if n.numel:
-        e.b.line(f"lib->argsort({e.ptr(x)}, {DTYPE_CODE[x.dtype]}, {outer}, {size}, {inner}, "
-                 f"{int(descending)}, {e.ptr(n)});")
+        e.b.line(f"err = lib->argsort({e.ptr(x)}, {DTYPE_CODE[x.dtype]}, {outer}, {size}, "
+                 f"{inner}, {int(descending)}, {e.ptr(n)}, errinfo);")
 
 
 def searchsorted(e: Emitter, n: Node) -> None:

@@ -155,7 +155,8 @@ def _data_slot(slot: int):
 
 
 def _can_fail(body: str) -> bool:
-    """Whether a kernel can end its program with an error (an index check, a LAPACK info)."""
+    """Whether a kernel can end its program with an error (an index check, a LAPACK info, a
+    library routine's scratch: Note [Scratch failures] in csrc/wse_runtime.c)."""
     return "WSE_FAIL" in body or "errinfo" in body
 
 

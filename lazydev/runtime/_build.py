@@ -28,6 +28,7 @@ int64_t wse_peak_bytes(void);
 void    wse_reset_peak(void);
 int64_t wse_capacity(void);
 void    wse_set_capacity(int64_t nbytes);
+void    wse_set_scratch_limit(int64_t nbytes);
 int64_t wse_num_buffers(void);
 int64_t wse_cached_bytes(void);
 void    wse_empty_cache(void);
