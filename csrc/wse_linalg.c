@@ -18,7 +18,6 @@
 #include "wse_runtime.h"
 
 #include <dlfcn.h>
-#include <stdio.h>
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -85,16 +84,13 @@ typedef struct {
   void* out;
   int dbl;                 /* element type of in/out floats: double (1) or float (0) */
   int64_t batch;
+  int64_t* failed;         /* scratch not allocated (Note [Scratch failures], wse_runtime.c) */
 } call_t;
 
-static double* dalloc(int64_t n) {
-  /* Generated code has no recovery path for a failed scratch allocation. */
-  double* p = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-  if (!p) {
-    fprintf(stderr, "wse linalg: out of host memory (%lld doubles of scratch)\n", (long long)n);
-    abort();
-  }
-  return p;
+/* Scratch, or NULL (the call then returns WSE_ERR_NO_MEMORY): a routine that gets NULL skips
+   its work. */
+static double* dalloc(int64_t* failed, int64_t n) {
+  return wse_scratch((size_t)(n > 0 ? n : 1) * sizeof(double), failed);
 }
 
 static int ld1(int64_t n) { return n > 1 ? (int)n : 1; }
@@ -133,14 +129,17 @@ static void keep_triangle(double* a, int64_t n, int lower) {
       if (lower ? i < j : i > j) a[i + j * n] = 0;
 }
 
-static int* ialloc(int64_t n) { return (int*)dalloc(n); /* a double per int: plenty */ }
+static int* ialloc(int64_t* failed, int64_t n) {
+  return (int*)dalloc(failed, n);   /* a double per int: plenty */
+}
 
 /* ---- routines: one batch element each ------------------------------------ */
 
 /* p = {left, upper, unit, m, n}: X = A^-1 B (left) or B A^-1, B m x n. */
 static void trsm_one(const call_t* c, int64_t b) {
   int64_t left = c->p[0], m = c->p[3], n = c->p[4], k = left ? m : n;
-  double* a = dalloc(k * k + m * n);
+  double* a = dalloc(c->failed, k * k + m * n);
+  if (!a) return;
   double* x = a + k * k;
   load(c->in[0], c->dbl, b * k * k, k, k, a, k);
   load(c->in[1], c->dbl, b * m * n, m, n, x, m);
@@ -156,7 +155,8 @@ static void potr_one(const call_t* c, int64_t b, int inverse) {
   int64_t n = c->p[1];
   int upper = (int)c->p[0], nn = (int)n, info = 0;
   char uplo = upper ? 'U' : 'L';
-  double* a = dalloc(n * n);
+  double* a = dalloc(c->failed, n * n);
+  if (!a) return;
   load(c->in[0], c->dbl, b * n * n, n, n, a, n);
   if (n > 0) (inverse ? L.potri : L.potrf)(&uplo, &nn, a, &nn, &info, 1);
   if (inverse) {      /* potri writes one triangle of the symmetric inverse */
@@ -188,8 +188,13 @@ static void store_factor(const call_t* c, int64_t b, double* a, int64_t m, int64
 static void getrf_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], k = m < n ? m : n;
   int mm = (int)m, nn = (int)n, lda = ld1(m), info = 0;
-  double* a = dalloc(m * n);
-  int* piv = ialloc(k);
+  double* a = dalloc(c->failed, m * n);
+  int* piv = ialloc(c->failed, k);
+  if (!a || !piv) {
+    free(a);
+    free(piv);
+    return;
+  }
   load(c->in[0], c->dbl, b * m * n, m, n, a, m);
   if (k > 0) L.getrf(&mm, &nn, a, &lda, piv, &info);
   store_factor(c, b, a, m, n, piv, k, info);
@@ -200,7 +205,8 @@ static void getrs_one(const call_t* c, int64_t b) {
   int64_t n = c->p[0], r = c->p[1];
   int nn = (int)n, nr = (int)r, lda = ld1(n), info = 0;
   char trans = c->p[2] ? 'T' : 'N';
-  double* a = dalloc(n * n + n * r);
+  double* a = dalloc(c->failed, n * n + n * r);
+  if (!a) return;
   double* x = a + n * n;
   load(c->in[0], c->dbl, b * n * n, n, n, a, n);
   load(c->in[2], c->dbl, b * n * r, n, r, x, n);
@@ -215,7 +221,8 @@ static void getrs_one(const call_t* c, int64_t b) {
 static int perm_one(const call_t* c, int64_t b, int64_t* errinfo) {
   int64_t m = c->p[0], k = c->p[1];
   const int* piv = (const int*)c->in[0] + b * k;
-  double* perm = dalloc(m);
+  double* perm = dalloc(c->failed, m);
+  if (!perm) return wse_scratch_status(*c->failed, errinfo);
   for (int64_t i = 0; i < m; i++) perm[i] = (double)i;
   for (int64_t i = 0; i < k; i++) {
     int64_t j = (int64_t)piv[i] - 1;
@@ -235,35 +242,37 @@ static int perm_one(const call_t* c, int64_t b, int64_t* errinfo) {
 }
 
 /* In-place geqrf of the column-major m x n matrix a; tau gets min(m, n) entries. */
-static void geqrf_cm(double* a, int64_t m, int64_t n, double* tau) {
+static void geqrf_cm(double* a, int64_t m, int64_t n, double* tau, int64_t* failed) {
   int mm = (int)m, nn = (int)n, lda = ld1(m), lw = -1, info = 0;
   double q = 0;
   if (m == 0 || n == 0) return;
   L.geqrf(&mm, &nn, a, &lda, tau, &q, &lw, &info);
   lw = (int)q > 1 ? (int)q : 1;
-  double* w = dalloc(lw);
-  L.geqrf(&mm, &nn, a, &lda, tau, w, &lw, &info);
+  double* w = dalloc(failed, lw);
+  if (w) L.geqrf(&mm, &nn, a, &lda, tau, w, &lw, &info);
   free(w);
 }
 
 /* In place: the first n columns of Q from k reflectors stored in a (m x n, ld m). */
-static void orgqr_cm(double* a, int64_t m, int64_t n, int64_t k, const double* tau) {
+static void orgqr_cm(double* a, int64_t m, int64_t n, int64_t k, const double* tau,
+                     int64_t* failed) {
   int mm = (int)m, nn = (int)n, kk = (int)k, lda = ld1(m), lw = -1, info = 0;
   double q = 0;
   if (m == 0 || n == 0) return;
   L.orgqr(&mm, &nn, &kk, a, &lda, tau, &q, &lw, &info);
   lw = (int)q > 1 ? (int)q : 1;
-  double* w = dalloc(lw);
-  L.orgqr(&mm, &nn, &kk, a, &lda, tau, w, &lw, &info);
+  double* w = dalloc(failed, lw);
+  if (w) L.orgqr(&mm, &nn, &kk, a, &lda, tau, w, &lw, &info);
   free(w);
 }
 
 /* p = {m, n} -> [QR m x n][tau k]. */
 static void geqrf_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], k = m < n ? m : n;
-  double* a = dalloc(m * n + k);
+  double* a = dalloc(c->failed, m * n + k);
+  if (!a) return;
   load(c->in[0], c->dbl, b * m * n, m, n, a, m);
-  geqrf_cm(a, m, n, a + m * n);
+  geqrf_cm(a, m, n, a + m * n, c->failed);
   store(a, m, m, n, c->out, c->dbl, b * m * n);
   store(a + m * n, 1, 1, k, c->out, c->dbl, c->batch * m * n + b * k);
   free(a);
@@ -272,10 +281,11 @@ static void geqrf_one(const call_t* c, int64_t b) {
 /* p = {m, n, k}; in = {A m x n, tau k} -> Q m x n (householder_product). */
 static void orgqr_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], k = c->p[2];
-  double* a = dalloc(m * n + k);
+  double* a = dalloc(c->failed, m * n + k);
+  if (!a) return;
   load(c->in[0], c->dbl, b * m * n, m, n, a, m);
   load(c->in[1], c->dbl, b * k, 1, k, a + m * n, 1);
-  orgqr_cm(a, m, n, k, a + m * n);
+  orgqr_cm(a, m, n, k, a + m * n, c->failed);
   store(a, m, m, n, c->out, c->dbl, b * m * n);
   free(a);
 }
@@ -285,7 +295,8 @@ static void ormqr_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], k = c->p[2], r = c->p[3] ? m : n;
   int mm = (int)m, nn = (int)n, kk = (int)k, lda = ld1(r), ldc = ld1(m), lw = -1, info = 0;
   char side = c->p[3] ? 'L' : 'R', trans = c->p[4] ? 'T' : 'N';
-  double* a = dalloc(r * k + k + m * n);
+  double* a = dalloc(c->failed, r * k + k + m * n);
+  if (!a) return;
   double *tau = a + r * k, *x = tau + k, q = 0;
   load(c->in[0], c->dbl, b * r * k, r, k, a, r);
   load(c->in[1], c->dbl, b * k, 1, k, tau, 1);
@@ -293,8 +304,8 @@ static void ormqr_one(const call_t* c, int64_t b) {
   if (m > 0 && n > 0 && k > 0) {
     L.ormqr(&side, &trans, &mm, &nn, &kk, a, &lda, tau, x, &ldc, &q, &lw, &info, 1, 1);
     lw = (int)q > 1 ? (int)q : 1;
-    double* w = dalloc(lw);
-    L.ormqr(&side, &trans, &mm, &nn, &kk, a, &lda, tau, x, &ldc, w, &lw, &info, 1, 1);
+    double* w = dalloc(c->failed, lw);
+    if (w) L.ormqr(&side, &trans, &mm, &nn, &kk, a, &lda, tau, x, &ldc, w, &lw, &info, 1, 1);
     free(w);
   }
   store(x, m, m, n, c->out, c->dbl, b * m * n);
@@ -306,15 +317,16 @@ static void ormqr_one(const call_t* c, int64_t b) {
 static void qr_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], mode = c->p[2], k = m < n ? m : n;
   int64_t qc = mode == 1 ? m : (mode == 0 ? k : 0), rr = mode == 1 ? m : k;
-  double* a = dalloc(m * n + k + m * qc + rr * n);
+  double* a = dalloc(c->failed, m * n + k + m * qc + rr * n);
+  if (!a) return;
   double *tau = a + m * n, *q = tau + k, *r = q + m * qc;
   load(c->in[0], c->dbl, b * m * n, m, n, a, m);
-  geqrf_cm(a, m, n, tau);
+  geqrf_cm(a, m, n, tau, c->failed);
   for (int64_t j = 0; j < n; j++)
     for (int64_t i = 0; i < rr; i++) r[i + j * rr] = i <= j && i < m ? a[i + j * m] : 0;
   for (int64_t j = 0; j < qc; j++)
     for (int64_t i = 0; i < m; i++) q[i + j * m] = j < n ? a[i + j * m] : 0;
-  orgqr_cm(q, m, qc, k, tau);
+  orgqr_cm(q, m, qc, k, tau, c->failed);
   store(q, m, m, qc, c->out, c->dbl, b * m * qc);
   store(r, rr, rr, n, c->out, c->dbl, c->batch * m * qc + b * rr * n);
   free(a);
@@ -322,15 +334,15 @@ static void qr_one(const call_t* c, int64_t b) {
 
 /* gesdd of the column-major m x n matrix a (destroyed): s, u (m x uc), vt (vr x n). */
 static int gesdd_cm(char jobz, int64_t m, int64_t n, double* a, double* s, double* u,
-                    double* vt, int64_t vr) {
+                    double* vt, int64_t vr, int64_t* failed) {
   int64_t k = m < n ? m : n;
   int mm = (int)m, nn = (int)n, lda = ld1(m), ldvt = ld1(vr), lw = -1, info = 0;
   double q = 0;
-  int* iw = ialloc(8 * k);
-  L.gesdd(&jobz, &mm, &nn, a, &lda, s, u, &lda, vt, &ldvt, &q, &lw, iw, &info, 1);
+  int* iw = ialloc(failed, 8 * k);
+  if (iw) L.gesdd(&jobz, &mm, &nn, a, &lda, s, u, &lda, vt, &ldvt, &q, &lw, iw, &info, 1);
   lw = (int)q > 1 ? (int)q : 1;
-  double* w = dalloc(lw);
-  L.gesdd(&jobz, &mm, &nn, a, &lda, s, u, &lda, vt, &ldvt, w, &lw, iw, &info, 1);
+  double* w = dalloc(failed, lw);
+  if (iw && w) L.gesdd(&jobz, &mm, &nn, a, &lda, s, u, &lda, vt, &ldvt, w, &lw, iw, &info, 1);
   free(w);
   free(iw);
   return info;
@@ -344,7 +356,8 @@ static void gesdd_one(const call_t* c, int64_t b) {
   int64_t m = c->p[0], n = c->p[1], jobz = c->p[2], k = m < n ? m : n, B = c->batch;
   int64_t uc = jobz == 2 ? m : (jobz ? k : 0), vr = jobz == 2 ? n : (jobz ? k : 0);
   int info = 0;
-  double* a = dalloc(m * n + k + m * uc + vr * n);
+  double* a = dalloc(c->failed, m * n + k + m * uc + vr * n);
+  if (!a) return;
   double *s = a + m * n, *u = s + k, *vt = u + m * uc;
   int64_t off_s = B * m * uc, off_v = off_s + B * k;
   if (k == 0) {
@@ -352,7 +365,7 @@ static void gesdd_one(const call_t* c, int64_t b) {
     for (int64_t i = 0; i < vr * n; i++) vt[i] = i % (vr + 1) == 0;
   } else {
     load(c->in[0], c->dbl, b * m * n, m, n, a, m);
-    info = gesdd_cm("NSA"[jobz], m, n, a, s, u, vt, vr);
+    info = gesdd_cm("NSA"[jobz], m, n, a, s, u, vt, vr, c->failed);
   }
   store(u, m, m, uc, c->out, c->dbl, b * m * uc);
   store(s, 1, 1, k, c->out, c->dbl, off_s + b * k);
@@ -366,16 +379,17 @@ static void syevd_one(const call_t* c, int64_t b) {
   int64_t n = c->p[0], vc = c->p[2] ? n : 0;
   int nn = (int)n, lda = ld1(n), lw = -1, liw = -1, info = 0, qi = 0;
   char jobz = c->p[2] ? 'V' : 'N', uplo = c->p[1] ? 'U' : 'L';
-  double* a = dalloc(n * n + n);
+  double* a = dalloc(c->failed, n * n + n);
+  if (!a) return;
   double *w = a + n * n, q = 0;
   load(c->in[0], c->dbl, b * n * n, n, n, a, n);
   if (n > 0) {
     L.syevd(&jobz, &uplo, &nn, a, &lda, w, &q, &lw, &qi, &liw, &info, 1, 1);
     lw = (int)q > 1 ? (int)q : 1;
     liw = qi > 1 ? qi : 1;
-    double* work = dalloc(lw);
-    int* iw = ialloc(liw);
-    L.syevd(&jobz, &uplo, &nn, a, &lda, w, work, &lw, iw, &liw, &info, 1, 1);
+    double* work = dalloc(c->failed, lw);
+    int* iw = ialloc(c->failed, liw);
+    if (work && iw) L.syevd(&jobz, &uplo, &nn, a, &lda, w, work, &lw, iw, &liw, &info, 1, 1);
     free(work);
     free(iw);
   }
@@ -390,16 +404,21 @@ static void sytrf_one(const call_t* c, int64_t b) {
   int64_t n = c->p[0];
   int nn = (int)n, lda = ld1(n), lw = -1, info = 0;
   char uplo = 'L';
-  double* a = dalloc(n * n);
+  double* a = dalloc(c->failed, n * n);
   double q = 0;
-  int* piv = ialloc(n);
+  int* piv = ialloc(c->failed, n);
+  if (!a || !piv) {
+    free(a);
+    free(piv);
+    return;
+  }
   load(c->in[0], c->dbl, b * n * n, n, n, a, n);
   keep_triangle(a, n, 1);
   if (n > 0) {
     L.sytrf(&uplo, &nn, a, &lda, piv, &q, &lw, &info, 1);
     lw = (int)q > 1 ? (int)q : 1;
-    double* w = dalloc(lw);
-    L.sytrf(&uplo, &nn, a, &lda, piv, w, &lw, &info, 1);
+    double* w = dalloc(c->failed, lw);
+    if (w) L.sytrf(&uplo, &nn, a, &lda, piv, w, &lw, &info, 1);
     free(w);
   }
   store_factor(c, b, a, n, n, piv, n, info);
@@ -410,7 +429,8 @@ static void sytrs_one(const call_t* c, int64_t b) {
   int64_t n = c->p[0], r = c->p[1];
   int nn = (int)n, nr = (int)r, lda = ld1(n), info = 0;
   char uplo = 'L';
-  double* a = dalloc(n * n + n * r);
+  double* a = dalloc(c->failed, n * n + n * r);
+  if (!a) return;
   double* x = a + n * n;
   load(c->in[0], c->dbl, b * n * n, n, n, a, n);
   load(c->in[2], c->dbl, b * n * r, n, r, x, n);
@@ -429,9 +449,14 @@ static void gels_one(const call_t* c, int64_t b) {
   double rcond, q = 0;
   memcpy(&rcond, &c->p[4], sizeof rcond);
   char trans = 'N';
-  double* a = dalloc(m * n + mx * r);
+  double* a = dalloc(c->failed, m * n + mx * r);
+  int* jpvt = ialloc(c->failed, n);
+  if (!a || !jpvt) {
+    free(a);
+    free(jpvt);
+    return;
+  }
   double* x = a + m * n;
-  int* jpvt = ialloc(n);
   load(c->in[0], c->dbl, b * m * n, m, n, a, m);
   for (int64_t i = 0; i < mx * r; i++) x[i] = 0;
   load(c->in[1], c->dbl, b * m * r, m, r, x, mx);
@@ -440,9 +465,11 @@ static void gels_one(const call_t* c, int64_t b) {
     if (c->p[3]) L.gelsy(&mm, &nn, &nr, a, &lda, x, &ldb, jpvt, &rcond, &rank, &q, &lw, &info);
     else L.gels(&trans, &mm, &nn, &nr, a, &lda, x, &ldb, &q, &lw, &info, 1);
     lw = (int)q > 1 ? (int)q : 1;
-    double* w = dalloc(lw);
-    if (c->p[3]) L.gelsy(&mm, &nn, &nr, a, &lda, x, &ldb, jpvt, &rcond, &rank, w, &lw, &info);
-    else L.gels(&trans, &mm, &nn, &nr, a, &lda, x, &ldb, w, &lw, &info, 1);
+    double* w = dalloc(c->failed, lw);
+    if (w && c->p[3])
+      L.gelsy(&mm, &nn, &nr, a, &lda, x, &ldb, jpvt, &rcond, &rank, w, &lw, &info);
+    else if (w)
+      L.gels(&trans, &mm, &nn, &nr, a, &lda, x, &ldb, w, &lw, &info, 1);
     free(w);
   }
   store(x, mx, mx, r, c->out, c->dbl, b * mx * r);
@@ -480,7 +507,8 @@ static one_fn routine_fn(int64_t r) {
 }
 
 int wse_linalg(const int64_t* p, const void* const* in, void* out, int64_t* errinfo) {
-  call_t c = {p + 3, in, out, p[1] == 8, p[2]};
+  int64_t failed = 0;
+  call_t c = {p + 3, in, out, p[1] == 8, p[2], &failed};
   if (!g_loaded) return WSE_ERR_NO_LAPACK;
   if (p[0] == R_PERM) {
     for (int64_t b = 0; b < c.batch; b++) {
@@ -498,5 +526,5 @@ int wse_linalg(const int64_t* p, const void* const* in, void* out, int64_t* erri
 #endif
   _Pragma("omp parallel for schedule(dynamic) if (fork)")
   for (int64_t b = 0; b < c.batch; b++) fn(&c, b);
-  return 0;
+  return wse_scratch_status(failed, errinfo);
 }

@@ -163,9 +163,10 @@ static char* raw_alloc(size_t total, int* cls) {
 }
 
 /* Note [Scratch failures]
-   Convolution and sorting take host scratch while they run (an im2col matrix, a padded image,
-   per-thread partial sums, sort keys): O(one image or one row), so malloc fails only for huge
-   inputs, or under a memory limit.  Then the routine skips its work and returns
+   Convolution, sorting and the LAPACK routines take host scratch while they run (an im2col
+   matrix, a padded image, per-thread partial sums, sort keys, a matrix copy and LAPACK's
+   workspace): O(one image, row or matrix), so malloc fails only for huge inputs, or under a
+   memory limit.  Then the routine skips its work and returns
    WSE_ERR_NO_MEMORY, with the size in errinfo[0]: its kernel fails the program like an index
    check does (lazydev/compile/program.py: kernels that can fail run before any in-place
    update), and Python raises DeviceOutOfMemoryError with every tensor as it was.  A thread

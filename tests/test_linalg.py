@@ -89,3 +89,24 @@ def test_lapack_error_is_deferred_to_the_next_sync():
 def test_ex_variants_return_info_without_raising():
     L, info = torch.linalg.cholesky_ex(-torch.eye(3).to("wse"))
     assert info.cpu().item() == 1
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_routine_short_of_scratch_raises_and_the_next_call_runs(name):
+    """Note [Scratch failures] (csrc/wse_runtime.c): LAPACK scratch that cannot be allocated
+    fails the program with DeviceOutOfMemoryError instead of aborting the process."""
+    from _lazydev_wse import lib
+    from lazydev.runtime import DeviceOutOfMemoryError
+    torch.manual_seed(0)        # the inputs test_linalg_matches_cpu_natively checks
+    fn, make = CASES[name]
+    inputs = make()
+    xs = [x.to("wse") for x in inputs]
+    lazydev.mark_step()
+    lib.wse_set_scratch_limit(16)
+    try:
+        out = fn(*xs)
+        with pytest.raises(DeviceOutOfMemoryError, match="scratch"):
+            [o.cpu() for o in (out if isinstance(out, (tuple, list)) else [out])]
+    finally:
+        lib.wse_set_scratch_limit(0)
+    _check(fn, *inputs)

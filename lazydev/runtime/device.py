@@ -365,8 +365,9 @@ def _program_error(rc: int, err) -> Exception:
         return RuntimeError("ZeroDivisionError: integer division by zero on the wse device")
     if rc == 5:                 # WSE_ERR_NO_MEMORY: Note [Scratch failures] in csrc/wse_runtime.c
         return DeviceOutOfMemoryError(
-            f"a wse kernel (convolution or sort) could not allocate {_fmt_bytes(err[0])} of "
-            "host memory for its scratch; nothing was changed. Free memory, or use smaller inputs "
-            "(fewer or smaller images, shorter rows to sort).")
+            f"a wse kernel (convolution, sort or linear algebra) could not allocate "
+            f"{_fmt_bytes(err[0])} of host memory for its scratch; nothing was changed. Free "
+            "memory, or use smaller inputs (fewer or smaller images, shorter rows to sort, "
+            "smaller matrices).")
     return RuntimeError(
         f"wse program failed with error code {rc} (errinfo={[err[i] for i in range(4)]})")
