@@ -50,6 +50,14 @@ static int max_threads(void) {
 #endif
 }
 
+static int team_size(void) {
+#ifdef _OPENMP
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
 static int thread_num(void) {
 #ifdef _OPENMP
   return omp_get_thread_num();
@@ -782,9 +790,11 @@ static void im2col_bwd_weight(const conv_t* c, const float* gy, const float* x, 
   int nt = image_threads(c);
   size_t col_bytes = c->identity ? 0 : (size_t)(c->K * c->L) * sizeof(float);
   float* part = nt > 1 ? wse_scratch((size_t)(nt * wsize) * sizeof(float), failed) : gw;
+  int team = nt;   /* the threads OpenMP gave: fewer than nt leaves slices of part unwritten */
   if (!part) return;
   _Pragma("omp parallel num_threads(nt) if (nt > 1)")
   {
+    if (thread_num() == 0) team = team_size();
     float* col = wse_scratch(col_bytes, failed);
     float* acc = part + (nt > 1 ? thread_num() * wsize : 0);
     float beta = 0.0f;
@@ -800,7 +810,7 @@ static void im2col_bwd_weight(const conv_t* c, const float* gy, const float* x, 
   if (nt > 1) {
     for (int64_t i = 0; i < wsize; i++) {
       float s = 0;
-      for (int t = 0; t < nt; t++) s += part[t * wsize + i];
+      for (int t = 0; t < team; t++) s += part[t * wsize + i];
       gw[i] = s;
     }
     free(part);

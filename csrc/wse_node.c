@@ -7,7 +7,10 @@
    0.5 ms.  This type makes a node in C and is not tracked by the GC: nodes form a DAG and hold
    no reference back to anything that holds them, so no cycle can pass through one.  A source
    tuple made only of nodes cannot be in a cycle either, and is untracked at once (CPython
-   untracks such tuples itself, but only when a collection first scans them).
+   untracks such tuples itself, but only when a collection first scans them).  That is a rule
+   for `arg`: it holds plain data (ints, floats, tuples, dtypes) or objects that never hold a
+   node made after them (a CALL node's Macro holds only its constant nodes); a cycle through a
+   node would never be freed.
 
    The key is Python's hash of the same tuple ir.py used to build (Note [IR keys]), so keys are
    unchanged.  Everything that is not on the hot path (the constructor Node(...) with its local
@@ -15,6 +18,7 @@
 #define Py_LIMITED_API 0x030A0000
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 #include <structmember.h>
 
 typedef struct {
@@ -45,15 +49,27 @@ static void node_dealloc(PyObject* self) {
   Py_DECREF(tp);
 }
 
+/* tp_alloc: also what object.__new__(Node) gets, so g_live counts every node. */
+static PyObject* node_alloc(PyTypeObject* tp, Py_ssize_t nitems) {
+  (void)nitems;
+  NodeObject* n = (NodeObject*)PyObject_Malloc(sizeof(NodeObject));
+  if (!n) return PyErr_NoMemory();
+  memset(n, 0, sizeof(NodeObject));
+  PyObject_Init((PyObject*)n, tp);   /* takes a reference to the (heap) type */
+  g_live++;
+  return (PyObject*)n;
+}
+
 static int node_setattro(PyObject* self, PyObject* name, PyObject* value) {
   (void)self; (void)name; (void)value;
   PyErr_SetString(PyExc_AttributeError, "lazydev IR nodes are immutable");
   return -1;
 }
 
-/* Untrack a tuple whose items are all nodes or ints: it can never be part of a cycle. */
+/* Untrack a tuple whose items are all nodes or ints: it can never be part of a cycle.  Exact
+   tuples only, as CPython's own untracking: a subclass instance has a __dict__. */
 static void untrack_atomic_tuple(PyObject* t) {
-  if (!PyObject_GC_IsTracked(t)) return;
+  if (!PyTuple_CheckExact(t) || !PyObject_GC_IsTracked(t)) return;
   Py_ssize_t n = PyTuple_Size(t);
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject* item = PyTuple_GetItem(t, i);
@@ -114,10 +130,8 @@ static PyObject* node_make(PyObject* unused, PyObject* const* args, Py_ssize_t n
   }
   Py_ssize_t key = node_key(args[5], src, PyTuple_Size(src));
   if (key == -1 && PyErr_Occurred()) return NULL;
-  NodeObject* n = (NodeObject*)PyObject_Malloc(sizeof(NodeObject));
-  if (!n) return PyErr_NoMemory();
-  PyObject_Init((PyObject*)n, g_node_type);   /* takes a reference to the type */
-  g_live++;
+  NodeObject* n = (NodeObject*)node_alloc(g_node_type, 0);
+  if (!n) return NULL;
   PyObject* const fields[5] = {args[0], args[1], args[2], src, args[4]};
   PyObject** slots[5] = {&n->op, &n->dtype, &n->shape, &n->src, &n->arg};
   for (int i = 0; i < 5; i++) {
@@ -125,7 +139,7 @@ static PyObject* node_make(PyObject* unused, PyObject* const* args, Py_ssize_t n
     *slots[i] = fields[i];
   }
   n->key = key;
-  if (PyTuple_Check(args[2])) untrack_atomic_tuple(args[2]);
+  untrack_atomic_tuple(args[2]);
   untrack_atomic_tuple(src);
   return (PyObject*)n;
 }
@@ -152,6 +166,7 @@ static PyMethodDef node_methods[] = {
 };
 
 static PyType_Slot node_slots[] = {
+    {Py_tp_alloc, node_alloc},
     {Py_tp_dealloc, node_dealloc},
     {Py_tp_setattro, node_setattro},
     {Py_tp_members, node_members},
@@ -179,6 +194,7 @@ PyMODINIT_FUNC PyInit__lazydev_node(void) {
   g_node_type = (PyTypeObject*)PyType_FromSpec(&node_spec);
   if (!g_node_type || PyModule_AddObject(m, "Node", (PyObject*)g_node_type) < 0) {
     Py_XDECREF(g_node_type);
+    g_node_type = NULL;
     Py_DECREF(m);
     return NULL;
   }

@@ -179,7 +179,7 @@ void wse_set_scratch_limit(int64_t nbytes) { atomic_store(&g_scratch_limit, nbyt
 void* wse_scratch(size_t n, int64_t* failed) {
   int64_t lim = atomic_load(&g_scratch_limit);
   void* p = lim > 0 && (int64_t)n > lim ? NULL : malloc(n ? n : 1);
-  if (!p) __atomic_store_n(failed, (int64_t)n, __ATOMIC_RELAXED);
+  if (!p) __atomic_store_n(failed, (int64_t)(n ? n : 1), __ATOMIC_RELAXED);   /* never 0 */
   return p;
 }
 

@@ -44,6 +44,22 @@ def test_nodes_are_immutable_and_not_tracked_by_the_cyclic_gc():
     assert b.numel == 12 and repr(b) == "Node(ADD, float32[4, 3], arg=1, nsrc=1)"
 
 
+def test_only_exact_tuples_are_untracked_and_every_node_is_counted():
+    class Sources(tuple):           # a subclass instance has a __dict__: it can be in a cycle
+        pass
+    a = _chain(0)[0]
+    src = Sources((a,))
+    Node.make(Op.NEG, torch.float32, (), src, None, 3)
+    assert gc.is_tracked(src)
+    before = _lazydev_node.live()
+    empty = object.__new__(Node)    # no fields, but allocated and freed like any node
+    assert _lazydev_node.live() == before + 1
+    with pytest.raises(AttributeError):
+        empty.op
+    del empty
+    assert _lazydev_node.live() == before
+
+
 def test_sources_must_be_a_tuple_of_nodes():
     with pytest.raises(TypeError, match="must be nodes"):
         Node(Op.NEG, torch.float32, (), (1,))
