@@ -1,6 +1,7 @@
 """Index simplification in generated C (Note [Affine indices] in compile/affine.py): values
 against CPU eager for the view patterns it rewrites, the rewrite itself on the emitted C, and
 the algebra's rules on their own, including where it must refuse."""
+import re
 import subprocess
 
 import pytest
@@ -292,23 +293,34 @@ def test_a_value_read_twice_by_one_loop_is_computed_there_once():
 
 def test_a_cheap_value_read_by_a_row_loop_and_its_row_reductions_is_computed_twice():
     # LayerNorm's x - mean is read by the variance (a row reduction) and by the normalisation:
-    # one loop, no stored copy. With a math call in it, the value is stored once instead.
+    # one loop, no stored copy. With a math call in it, and read by a reduction directly, the
+    # same kernel stores it once per row in a stack array, and both loops read that (Note
+    # [Row-staged values] in kernels.py); read by a reduction through another value, it is
+    # stored once, by a kernel of its own.
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(8, 3, 48, generator=g), torch.randn(48, generator=g)
 
     def centred_exp(t):
         c = (t - t.mean(-1, keepdim=True)).exp()
         return c * (c * c).sum(-1, keepdim=True)
+
+    def normalised_exp(t):
+        c = (t - t.mean(-1, keepdim=True)).exp()
+        return c / c.sum(-1, keepdim=True)
     def deep_centred(t):            # 120 ops: the fusion depth bound stores one value midway
         for _ in range(60):
             t = t * 1.01 + 0.1
         return t - t.mean(-1, keepdim=True)
-    cases = ((lambda t: F.layer_norm(t, (48,), w.to(t.device)), ["MUL"]),
-             (centred_exp, ["EXP", "MUL"]), (deep_centred, ["ADD", "SUB"]))
-    for f, kernels in cases:
+    cases = ((lambda t: F.layer_norm(t, (48,), w.to(t.device)), ["MUL"], 0, 0),
+             (centred_exp, ["EXP", "MUL"], 0, 1), (normalised_exp, ["DIV"], 1, 1),
+             (deep_centred, ["ADD", "SUB"], 0, 0))
+    for f, kernels, arrays, exps in cases:
         with torch.no_grad():
             assert_same(f(x.to("wse")), f(x))
-        assert _kernels("\n".join(last_compiled["units"])) == kernels
+        text = "\n".join(last_compiled["units"])
+        assert _kernels(text) == kernels
+        assert len(re.findall(r"float ra\d+\[48\]", text)) == arrays
+        assert text.count("wse_expf(t") == exps         # exp computed in one loop only
 
 
 def test_a_cheap_value_of_one_stored_value_is_recomputed_by_each_reader():

@@ -54,6 +54,9 @@ class Emitter:
         self.may_alias: set = set()   # pointer codes one run may bind to the same buffer
         self.ix = IndexAlgebra(lambda expr: self.index_temp(expr, "q"))
         self.row_values: dict = {}  # id(reduction) -> its value in the row being computed
+        self.row_staged: set = set()  # ids of values a row kernel stores per row (kernels.py)
+        self.row_arrays: dict = {}  # id(value) -> its row's stack array, once stored
+        self.row_dims: list = []    # the coordinates of the row being computed
 
     # -- indices --------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -134,6 +137,9 @@ class Emitter:
             expr = cexpr.load_expr(n.dtype, f"{self.ptr(n)}[{self.flat(idx) if n.shape else 0}]")
         elif id(n) in self.row_values:     # Note [Row reductions] in passes.py
             return self.row_values[id(n)]
+        elif id(n) in self.row_arrays and idx.shape == n.shape and idx.dims is not None \
+                and idx.dims[:-1] == self.row_dims:   # Note [Row-staged values] in kernels.py
+            expr = f"{self.row_arrays[id(n)]}[{self.dim(idx, len(n.shape) - 1)}]"
         else:
             expr = self.compute(n, idx)
         return self.b.temp(vtype(n.dtype), expr, key=key)

@@ -9,7 +9,7 @@ import torch
 from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op
 from . import cexpr
 from .cbuilder import CBuilder
-from .passes import ROW_MIN, matmul_operand
+from .passes import ROW_MIN, ROW_STAGE_MAX, matmul_operand
 from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
 from .cexpr import vtype
 
@@ -46,6 +46,8 @@ def pointwise(e: Emitter, n: Node, also=()) -> None:
     loop, each after the ones before it (Note [Kernel groups])."""
     numel, b, outs = n.numel, e.b, (n, *also)
     inner = n.shape[-1] if n.shape else 1
+    if len(n.shape) >= 2 and inner >= ROW_MIN:
+        e.row_staged = _row_staged(e, outs)
     calls = _stage_calls(e, outs)
     # Written over an input (e.may_alias): element i is read, then written, with no dependence
     # between iterations, which `simd` tells the compiler.
@@ -196,7 +198,8 @@ def _stage_calls(e: Emitter, outs) -> list:
             return
         seen.add(id(m))
         for s in m.src if m.op in ELEMENTWISE else ():     # read at m's own position
-            if id(s) not in e.ptrs and s.op in ELEMENTWISE and s.shape == m.shape:
+            if id(s) not in e.ptrs and id(s) not in e.row_staged and s.op in ELEMENTWISE \
+                    and s.shape == m.shape:
                 visit(s, False)
         if not top and m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point:
             order.append(m)
@@ -366,12 +369,100 @@ def _row_reductions_read(e: Emitter, nodes) -> list:
     return order
 
 
+# Note [Row-staged values]
+# A value with a math call that a row kernel reads in two of the loops it runs per row (a row
+# reduction's and the elements', or two reductions'): softmax over GELU's output reads it in
+# the max and in exp(x - max), and exp's result in the sum and in the division. Stored to a
+# buffer of its own (passes.py had to: it is not cheap to recompute), the block took three
+# kernels and three passes over memory; computed in each loop, it would double the math. So
+# the kernel computes it once per row, before the first loop that reads it, into a stack array
+# of the row (at most ROW_STAGE_MAX elements, in L1), and every later loop of the row reads
+# the array (Emitter.load). passes._recomputed_per_row leaves such values to their one reader.
+def _row_staged(e: Emitter, outs) -> set:
+    """Ids of the values with a math call that two or more of the row loops of a kernel
+    computing `outs` would compute (Note [Row-staged values]). Consumers are decided first, so
+    of a chain (GELU's output over its erf) the value nearest the readers is staged, and the
+    values it reads are then read by its loop alone."""
+    reds = _row_reductions_read(e, outs)
+    if not reds or outs[0].shape[-1] > ROW_STAGE_MAX:
+        return set()
+    roots = [(r.src[0], k) for k, r in enumerate(reds)
+             if id(r.src[0]) not in e.ptrs and r.src[0].op in ELEMENTWISE]
+    roots += [(o, "elements") for o in outs]
+    order, seen = [], set()
+
+    def visit(m):               # the values the loops compute inline, sources first
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        for s in m.src if m.op in ELEMENTWISE else ():
+            if id(s) not in e.ptrs and s.op in ELEMENTWISE and s.shape == m.shape:
+                visit(s)
+        order.append(m)
+    for root, _ in roots:
+        visit(root)
+    calls: dict = {}
+    for m in order:
+        calls[id(m)] = (m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point
+                        or any(calls.get(id(s), False) for s in m.src))
+    readers = {id(m): set() for m in order}
+    for root, loop in roots:
+        readers[id(root)].add(loop)
+    staged, out_ids = set(), {id(o) for o in outs}
+    for m in reversed(order):   # consumers first
+        mine = readers[id(m)]
+        if id(m) not in out_ids and calls[id(m)] and len(mine) >= 2:
+            staged.add(id(m))
+            mine = {id(m)}      # read by its own staging loop from here on
+        for s in m.src if m.op in ELEMENTWISE else ():
+            if id(s) in readers:
+                readers[id(s)] |= mine
+    return staged
+
+
+def _stage_row(e: Emitter, m: Node) -> None:
+    """m's values for the row into a stack array (Note [Row-staged values]), its sources'
+    first."""
+    if id(m) in e.row_arrays:
+        return
+    for s in m.src:
+        if id(s) in e.row_staged and id(s) not in e.ptrs:
+            _stage_row(e, s)
+    size, name = m.shape[-1], e.b.fresh("ra")
+    e.b.line(f"{vtype(m.dtype)} {name}[{size}] WSE_ALIGNED;")
+    e.b.line("#pragma omp simd")
+    with e.loop("r", size):
+        value = e.compute(m, Idx(m.shape, dims=e.row_dims + ["r"], flat=f"o * {size} + r"))
+        e.b.line(f"{name}[r] = {value};")
+    e.row_arrays[id(m)] = name
+
+
+def _staged_reads(e: Emitter, root: Node) -> list:
+    """The row-staged values computing `root` inline reads, not yet stored."""
+    found, stack, seen = [], [root], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in e.row_staged:
+            if id(m) not in e.row_arrays:
+                found.append(m)
+            continue
+        for s in m.src if m.op in ELEMENTWISE else ():
+            if id(s) not in e.ptrs and id(s) not in seen:
+                seen.add(id(s))
+                stack.append(s)
+    return found
+
+
 def row_reductions(e: Emitter, nodes, dims: list) -> None:
     """Before the elements of row `o` (coordinates `dims`), a loop per reduction that `nodes`
-    read and no kernel stores; from then on, a read of one is its value for this row."""
+    read and no kernel stores; from then on, a read of one is its value for this row. The
+    row-staged values a loop reads are stored just before it (Note [Row-staged values])."""
+    e.row_dims, e.row_arrays = dims, {}
     for r in _row_reductions_read(e, nodes):
         x, fold, value = r.src[0], _Fold(r), e.b.fresh("t")
         size = x.shape[-1]
+        for m in _staged_reads(e, x):
+            _stage_row(e, m)
         e.b.line(f"{vtype(r.dtype)} {value};")
         with e.b.block(f"/* {r.op.name} of the row */"):
             e.b.line(fold.decl())

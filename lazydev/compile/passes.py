@@ -317,6 +317,7 @@ def _bound_fusion_depth(order: list[Node], realized: set) -> set:
 # broadcast of its last dim, and elementwise ops of the row's shape. Anything else (a saved
 # statistic, a view, another reduction) keeps the reduction realized.
 ROW_MIN = 8             # a last dim at least this long gets its own inner loop (kernels.py)
+ROW_STAGE_MAX = 4096    # elements of a row a kernel may keep in a stack array (kernels.py)
 ROW_FUSE_MAX = 8192     # elements of a row reduction a reader may compute per row
 _ROW_FOLDS = frozenset({Op.SUM, Op.RMAX, Op.RMIN})
 
@@ -375,12 +376,24 @@ def _read_per_row(r: Node, users: dict, realized: set, fused: set, pinned: set) 
 
 
 def _recomputed_per_row(order: list[Node], users: dict, realized: set, pinned: set) -> set:
-    """Cheap values (no math call) read only by one row loop, at their own position and by the
-    row reductions that loop computes (LayerNorm's x - mean, read by the variance and by the
-    normalisation): that loop computes them twice per element instead of storing them."""
+    """Values read only by one row loop, at their own position and by the row reductions that
+    loop computes. Cheap ones (LayerNorm's x - mean, read by the variance and by the
+    normalisation) that loop computes twice per element instead of storing them; ones making
+    a math call on rows of at most ROW_STAGE_MAX elements (softmax's exp) it computes once per
+    row into a stack array (Note [Row-staged values] in kernels.py)."""
     return {id(n) for n in order if id(n) in realized and id(n) not in pinned
-            and n.op in ELEMENTWISE and len(n.shape) >= 2 and not _calls(n, realized)
+            and n.op in ELEMENTWISE and len(n.shape) >= 2
+            and (not _calls(n, realized) or _staged_per_row(n, users, realized))
             and len(_reading_loops(n, users, realized)) == 1}
+
+
+def _staged_per_row(n: Node, users: dict, realized: set) -> bool:
+    """Whether a value making a math call is the input of a row reduction its reader computes,
+    on rows short enough for a stack array (Note [Row-staged values] in kernels.py). Only that
+    plain shape: a value reached through other inline ones could be recomputed by loops that
+    do not store it (a CTC loss's chain of logsumexps grew one kernel to 5 MB of C)."""
+    return n.shape[-1] <= ROW_STAGE_MAX and any(
+        c.op in REDUCE and c.src[0] is n and id(c) not in realized for c in users.get(id(n), ()))
 
 
 def _calls(n: Node, realized: set) -> bool:
