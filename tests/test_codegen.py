@@ -295,7 +295,7 @@ def test_a_cheap_value_read_by_a_row_loop_and_its_row_reductions_is_computed_twi
     # LayerNorm's x - mean is read by the variance (a row reduction) and by the normalisation:
     # one loop, no stored copy. With a math call in it, and read by a reduction directly, the
     # same kernel stores it once per row in a stack array, and both loops read that (Note
-    # [Row-staged values] in kernels.py); read by a reduction through another value, it is
+    # [Row-staged values] in kernels_row.py); read by a reduction through another value, it is
     # stored once, by a kernel of its own.
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(8, 3, 48, generator=g), torch.randn(48, generator=g)

@@ -54,7 +54,7 @@ class Emitter:
         self.may_alias: set = set()   # pointer codes one run may bind to the same buffer
         self.ix = IndexAlgebra(lambda expr: self.index_temp(expr, "q"))
         self.row_values: dict = {}  # id(reduction) -> its value in the row being computed
-        self.row_staged: set = set()  # ids of values a row kernel stores per row (kernels.py)
+        self.row_staged: set = set()  # ids of values a row kernel stores per row (kernels_row.py)
         self.row_arrays: dict = {}  # id(value) -> its row's stack array, once stored
         self.row_dims: list = []    # the coordinates of the row being computed
 
@@ -138,7 +138,7 @@ class Emitter:
         elif id(n) in self.row_values:     # Note [Row reductions] in passes.py
             return self.row_values[id(n)]
         elif id(n) in self.row_arrays and idx.shape == n.shape and idx.dims is not None \
-                and idx.dims[:-1] == self.row_dims:   # Note [Row-staged values] in kernels.py
+                and idx.dims[:-1] == self.row_dims:   # Note [Row-staged values] in kernels_row.py
             expr = f"{self.row_arrays[id(n)]}[{self.dim(idx, len(n.shape) - 1)}]"
         else:
             expr = self.compute(n, idx)

@@ -4,14 +4,13 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 
-import torch
-
 from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op
 from . import cexpr
 from .cbuilder import CBuilder
-from .passes import ROW_MIN, ROW_STAGE_MAX, matmul_operand
+from .passes import ROW_MIN, matmul_operand
 from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
 from .cexpr import vtype
+from .kernels_row import SIMD_REDUCE, Fold, row_reductions_read, row_staged, row_reductions
 
 KERNEL_ARGS = ("const wse_lib_t* lib, void* const* restrict P, const double* restrict S, "
                "int64_t* errinfo")
@@ -47,7 +46,7 @@ def pointwise(e: Emitter, n: Node, also=()) -> None:
     numel, b, outs = n.numel, e.b, (n, *also)
     inner = n.shape[-1] if n.shape else 1
     if len(n.shape) >= 2 and inner >= ROW_MIN:
-        e.row_staged = _row_staged(e, outs)
+        e.row_staged = row_staged(e, outs)
     calls = _stage_calls(e, outs)
     # Written over an input (e.may_alias): element i is read, then written, with no dependence
     # between iterations, which `simd` tells the compiler.
@@ -65,7 +64,7 @@ def pointwise(e: Emitter, n: Node, also=()) -> None:
         return
     # A row reduction reduces the last dim only: its rows cannot merge.
     if inner < MERGE_ROW and len(n.shape) >= 3 and numel and n.op is not Op.CAT \
-            and not _row_reductions_read(e, outs):
+            and not row_reductions_read(e, outs):
         mark = b.mark()
         known = _rows(e, n, outs, calls, len(n.shape) - 2)
         if len(e.ix.pairs) == known:
@@ -247,45 +246,7 @@ def _reduce_positions(e: Emitter, n: Node, x: Node, axes, o: str, r: str) -> Idx
     return Idx(x.shape, dims=dims)
 
 
-_SIMD_REDUCE = {Op.SUM: "+", Op.PROD: "*"}
-_MINMAX = {Op.RMAX: (">", "max"), Op.RMIN: ("<", "min")}
 COLUMN_BLOCK = 64
-
-
-class _Fold:
-    """How one reduction folds values into `acc`: its declaration, the simd pragma that lets the
-    compiler reorder it into vector lanes, the statement per value and the result. A float
-    max/min keeps a NaN flag beside the max/min of the rest, so it vectorises (a NaN-propagating
-    select chain cannot: every step waits for the last, about 10x slower on a row of 128)."""
-
-    def __init__(self, n: Node):
-        self.op, self.dtype = n.op, n.dtype
-        self.minmax = n.op in _MINMAX and n.dtype is not torch.bool
-        self.nan = self.minmax and n.dtype.is_floating_point
-
-    def decl(self) -> str:
-        acc = f"{cexpr.acc_type(self.op, self.dtype)} acc = {cexpr.REDUCE_INIT[self.op](self.dtype)};"
-        return acc + (" int nan = 0;" if self.nan else "")
-
-    def pragma(self) -> str | None:
-        if self.op in _SIMD_REDUCE:
-            # Lets the compiler reorder this sum into vector lanes (the order PyTorch's own
-            # vectorised kernels use differs from a serial sum anyway).
-            return f"#pragma omp simd reduction({_SIMD_REDUCE[self.op]}:acc)"
-        if self.minmax:
-            flag = " reduction(|:nan)" if self.nan else ""
-            return f"#pragma omp simd reduction({_MINMAX[self.op][1]}:acc){flag}"
-        return None
-
-    def step(self, v: str) -> str:
-        if not self.minmax:
-            return cexpr.reduce_step(self.op, self.dtype, "acc", v)
-        nan = f"nan |= {v} != {v}; " if self.nan else ""
-        return f"{nan}acc = {v} {_MINMAX[self.op][0]} acc ? {v} : acc;"
-
-    def result(self) -> str:
-        acc = "(nan ? NAN : acc)" if self.nan else "acc"
-        return cexpr.round_half(self.dtype, f"({vtype(self.dtype)}){acc}")
 
 
 def reduction(e: Emitter, n: Node) -> None:
@@ -293,12 +254,12 @@ def reduction(e: Emitter, n: Node) -> None:
     axes = n.arg
     red = _prod([x.shape[a] for a in axes])
     out_numel, b = n.numel, e.b
-    if n.op in _SIMD_REDUCE and out_numel > 1 and axes == tuple(range(len(axes))):
+    if n.op in SIMD_REDUCE and out_numel > 1 and axes == tuple(range(len(axes))):
         return column_reduction(e, n, red)
     split = _trailing_split(x, axes)
     if split is not None and out_numel > 1:
         return split_reduction(e, n, red, split)
-    fold = _Fold(n)
+    fold = Fold(n)
     inner_parallel = out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN
     if not inner_parallel and out_numel > 1:
         _omp(b, out_numel * red)
@@ -336,7 +297,7 @@ def split_reduction(e: Emitter, n: Node, red: int, k: int) -> None:
     x, b, axes = n.src[0], e.b, n.arg
     inner = _prod(x.shape[k:])
     lead = [a for a in axes if a < k]
-    fold = _Fold(n)
+    fold = Fold(n)
     _omp(b, n.numel * red)
     with e.loop("o", n.numel):
         b.line(fold.decl())
@@ -350,129 +311,6 @@ def split_reduction(e: Emitter, n: Node, red: int, k: int) -> None:
                 v = e.load(x, Idx(x.shape, flat=f"{base} * {inner} + r"))
                 b.line(fold.step(v))
         _store(e, n, "o", fold.result())
-
-
-def _row_reductions_read(e: Emitter, nodes) -> list:
-    """The reductions `nodes` read that no kernel stores, sources first: each reduces a row
-    (Note [Row reductions] in passes.py)."""
-    order, seen = [], set()
-
-    def visit(m):
-        for s in m.src:
-            if id(s) not in e.ptrs and id(s) not in seen:
-                seen.add(id(s))
-                visit(s)
-                if s.op in REDUCE:
-                    order.append(s)
-    for m in nodes:
-        visit(m)
-    return order
-
-
-# Note [Row-staged values]
-# A value with a math call that a row kernel reads in two of the loops it runs per row (a row
-# reduction's and the elements', or two reductions'): softmax over GELU's output reads it in
-# the max and in exp(x - max), and exp's result in the sum and in the division. Stored to a
-# buffer of its own (passes.py had to: it is not cheap to recompute), the block took three
-# kernels and three passes over memory; computed in each loop, it would double the math. So
-# the kernel computes it once per row, before the first loop that reads it, into a stack array
-# of the row (at most ROW_STAGE_MAX elements, in L1), and every later loop of the row reads
-# the array (Emitter.load). passes._recomputed_per_row leaves such values to their one reader.
-def _row_staged(e: Emitter, outs) -> set:
-    """Ids of the values with a math call that two or more of the row loops of a kernel
-    computing `outs` would compute (Note [Row-staged values]). Consumers are decided first, so
-    of a chain (GELU's output over its erf) the value nearest the readers is staged, and the
-    values it reads are then read by its loop alone."""
-    reds = _row_reductions_read(e, outs)
-    if not reds or outs[0].shape[-1] > ROW_STAGE_MAX:
-        return set()
-    roots = [(r.src[0], k) for k, r in enumerate(reds)
-             if id(r.src[0]) not in e.ptrs and r.src[0].op in ELEMENTWISE]
-    roots += [(o, "elements") for o in outs]
-    order, seen = [], set()
-
-    def visit(m):               # the values the loops compute inline, sources first
-        if id(m) in seen:
-            return
-        seen.add(id(m))
-        for s in m.src if m.op in ELEMENTWISE else ():
-            if id(s) not in e.ptrs and s.op in ELEMENTWISE and s.shape == m.shape:
-                visit(s)
-        order.append(m)
-    for root, _ in roots:
-        visit(root)
-    calls: dict = {}
-    for m in order:
-        calls[id(m)] = (m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point
-                        or any(calls.get(id(s), False) for s in m.src))
-    readers = {id(m): set() for m in order}
-    for root, loop in roots:
-        readers[id(root)].add(loop)
-    staged, out_ids = set(), {id(o) for o in outs}
-    for m in reversed(order):   # consumers first
-        mine = readers[id(m)]
-        if id(m) not in out_ids and calls[id(m)] and len(mine) >= 2:
-            staged.add(id(m))
-            mine = {id(m)}      # read by its own staging loop from here on
-        for s in m.src if m.op in ELEMENTWISE else ():
-            if id(s) in readers:
-                readers[id(s)] |= mine
-    return staged
-
-
-def _stage_row(e: Emitter, m: Node) -> None:
-    """m's values for the row into a stack array (Note [Row-staged values]), its sources'
-    first."""
-    if id(m) in e.row_arrays:
-        return
-    for s in m.src:
-        if id(s) in e.row_staged and id(s) not in e.ptrs:
-            _stage_row(e, s)
-    size, name = m.shape[-1], e.b.fresh("ra")
-    e.b.line(f"{vtype(m.dtype)} {name}[{size}] WSE_ALIGNED;")
-    e.b.line("#pragma omp simd")
-    with e.loop("r", size):
-        value = e.compute(m, Idx(m.shape, dims=e.row_dims + ["r"], flat=f"o * {size} + r"))
-        e.b.line(f"{name}[r] = {value};")
-    e.row_arrays[id(m)] = name
-
-
-def _staged_reads(e: Emitter, root: Node) -> list:
-    """The row-staged values computing `root` inline reads, not yet stored."""
-    found, stack, seen = [], [root], set()
-    while stack:
-        m = stack.pop()
-        if id(m) in e.row_staged:
-            if id(m) not in e.row_arrays:
-                found.append(m)
-            continue
-        for s in m.src if m.op in ELEMENTWISE else ():
-            if id(s) not in e.ptrs and id(s) not in seen:
-                seen.add(id(s))
-                stack.append(s)
-    return found
-
-
-def row_reductions(e: Emitter, nodes, dims: list) -> None:
-    """Before the elements of row `o` (coordinates `dims`), a loop per reduction that `nodes`
-    read and no kernel stores; from then on, a read of one is its value for this row. The
-    row-staged values a loop reads are stored just before it (Note [Row-staged values])."""
-    e.row_dims, e.row_arrays = dims, {}
-    for r in _row_reductions_read(e, nodes):
-        x, fold, value = r.src[0], _Fold(r), e.b.fresh("t")
-        size = x.shape[-1]
-        for m in _staged_reads(e, x):
-            _stage_row(e, m)
-        e.b.line(f"{vtype(r.dtype)} {value};")
-        with e.b.block(f"/* {r.op.name} of the row */"):
-            e.b.line(fold.decl())
-            if fold.pragma():
-                e.b.line(fold.pragma())
-            with e.loop("r", size):
-                v = e.load(x, Idx(x.shape, dims=dims + ["r"], flat=f"o * {size} + r"))
-                e.b.line(fold.step(v))
-            e.b.line(f"{value} = {fold.result()};")
-        e.row_values[id(r)] = value
 
 
 # Note [Column reductions]
@@ -526,7 +364,7 @@ def _column_runs(e: Emitter, n: Node, red: int) -> None:
                     b.line(cexpr.reduce_step(n.op, n.dtype, "acc[j]", v))
         finally:
             e.ix.restore("r", prev)
-    total = f" {_SIMD_REDUCE[n.op]} ".join(f"part[{c}][j]" for c in range(runs))
+    total = f" {SIMD_REDUCE[n.op]} ".join(f"part[{c}][j]" for c in range(runs))
     with e.loop("j", out):
         _store(e, n, "j", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})({total})"))
 

@@ -311,13 +311,13 @@ def _bound_fusion_depth(order: list[Node], realized: set) -> set:
 # a kernel of its own and a pass over the whole tensor: the LayerNorm+GELU+softmax block made 11
 # kernels. A reduction over a last axis of at most ROW_FUSE_MAX elements whose every reader
 # computes whole rows of the same shape is not realized: the reader's kernel computes it per row,
-# in a loop of its own before the row's elements (kernels.row_reductions), while the row is in
+# in a loop of its own before the row's elements (kernels_row.row_reductions), while the row is in
 # L1. Readers that qualify: elementwise kernels with a row loop (last dim >= ROW_MIN) and
 # last-axis reductions, reached only through elementwise ops of the reduction's shape, one
 # broadcast of its last dim, and elementwise ops of the row's shape. Anything else (a saved
 # statistic, a view, another reduction) keeps the reduction realized.
 ROW_MIN = 8             # a last dim at least this long gets its own inner loop (kernels.py)
-ROW_STAGE_MAX = 4096    # elements of a row a kernel may keep in a stack array (kernels.py)
+ROW_STAGE_MAX = 4096    # elements of a row a kernel may keep in a stack array (kernels_row.py)
 ROW_FUSE_MAX = 8192     # elements of a row reduction a reader may compute per row
 _ROW_FOLDS = frozenset({Op.SUM, Op.RMAX, Op.RMIN})
 
@@ -380,7 +380,7 @@ def _recomputed_per_row(order: list[Node], users: dict, realized: set, pinned: s
     loop computes. Cheap ones (LayerNorm's x - mean, read by the variance and by the
     normalisation) that loop computes twice per element instead of storing them; ones making
     a math call on rows of at most ROW_STAGE_MAX elements (softmax's exp) it computes once per
-    row into a stack array (Note [Row-staged values] in kernels.py)."""
+    row into a stack array (Note [Row-staged values] in kernels_row.py)."""
     return {id(n) for n in order if id(n) in realized and id(n) not in pinned
             and n.op in ELEMENTWISE and len(n.shape) >= 2
             and (not _calls(n, realized) or _staged_per_row(n, users, realized))
@@ -389,7 +389,7 @@ def _recomputed_per_row(order: list[Node], users: dict, realized: set, pinned: s
 
 def _staged_per_row(n: Node, users: dict, realized: set) -> bool:
     """Whether a value making a math call is the input of a row reduction its reader computes,
-    on rows short enough for a stack array (Note [Row-staged values] in kernels.py). Only that
+    on rows short enough for a stack array (Note [Row-staged values] in kernels_row.py). Only that
     plain shape: a value reached through other inline ones could be recomputed by loops that
     do not store it (a CTC loss's chain of logsumexps grew one kernel to 5 MB of C)."""
     return n.shape[-1] <= ROW_STAGE_MAX and any(
