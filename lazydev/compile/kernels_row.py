@@ -129,9 +129,8 @@ def _stage_row(e: Emitter, m: Node) -> None:
     first."""
     if id(m) in e.row_arrays:
         return
-    for s in m.src:
-        if id(s) in e.row_staged and id(s) not in e.ptrs:
-            _stage_row(e, s)
+    for s in _staged_reads(e, m.src if m.op in ELEMENTWISE else ()):
+        _stage_row(e, s)
     size, name = m.shape[-1], e.b.fresh("ra")
     e.b.line(f"{vtype(m.dtype)} {name}[{size}] WSE_ALIGNED;")
     e.b.line("#pragma omp simd")
@@ -141,9 +140,11 @@ def _stage_row(e: Emitter, m: Node) -> None:
     e.row_arrays[id(m)] = name
 
 
-def _staged_reads(e: Emitter, root: Node) -> list:
-    """The row-staged values computing `root` inline reads, not yet stored."""
-    found, stack, seen = [], [root], set()
+def _staged_reads(e: Emitter, roots) -> list:
+    """The row-staged values that computing `roots` inline reads (a stored root: none), not
+    yet stored."""
+    stack = list({id(r): r for r in roots if id(r) not in e.ptrs}.values())
+    found, seen = [], {id(r) for r in stack}
     while stack:
         m = stack.pop()
         if id(m) in e.row_staged:
@@ -165,7 +166,7 @@ def row_reductions(e: Emitter, nodes, dims: list) -> None:
     for r in row_reductions_read(e, nodes):
         x, fold, value = r.src[0], Fold(r), e.b.fresh("t")
         size = x.shape[-1]
-        for m in _staged_reads(e, x):
+        for m in _staged_reads(e, (x,)):
             _stage_row(e, m)
         e.b.line(f"{vtype(r.dtype)} {value};")
         with e.b.block(f"/* {r.op.name} of the row */"):
