@@ -15,13 +15,18 @@ CC = os.environ.get("CC", "gcc")
 # The compiler's own -ffast-math is not used: NaN, infinity and evaluation order stay IEEE.
 # -ffp-contract=off: GNU C otherwise fuses a*b+c into an fma (rounding once, not twice), even
 # through a float->double->float round trip, so the C would not round as the IR says.
+# -fno-trapping-math: without it gcc may not evaluate a floating-point operation that the C
+# evaluates only on one arm of a select (it could raise a flag the C never raises), so it keeps
+# the branch. With AVX-512 it still vectorises such a loop, with masked lanes; with AVX2 only it
+# cannot, and wse_erff's loop (every GELU) ran scalar: the LayerNorm+GELU+softmax program took
+# 19.2 ms on an AVX2 EPYC, 4.8 ms with the flag. lazydev never reads the FP exception flags.
 # -fno-tree-pre: partial redundancy elimination moved a load used by one arm of a select
 # (`i == label[o] ? -scale[0] : 0`, cross-entropy's backward) into a branch, and the branch kept
 # gcc 12 from vectorising the loop: that kernel took 580 us for 1024 x 256, 128 without PRE. The
 # loop-invariant motion pass still hoists invariant loads; the step programs of the benchmarks
 # ran as fast or faster without PRE (transformer 110 -> 108 ms, others within noise).
 FLAGS = ("-O2", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
-         "-ffp-contract=off", "-D__FAST_MATH__", "-fvect-cost-model=dynamic", "-fno-tree-pre",
+         "-fno-trapping-math", "-ffp-contract=off", "-D__FAST_MATH__", "-fvect-cost-model=dynamic", "-fno-tree-pre",
          "-std=gnu11", "-w")
 
 
