@@ -269,13 +269,67 @@ def check_sample(op, sample, backward: bool, seed: int = 0) -> list:
         notes.append("random values: shapes and dtypes compared")
     w_inp, w_args, w_kwargs = _sample_args(sample, "wse", backward)
     actual = _call(op.op, w_inp, w_args, w_kwargs, seed)
-    compare(actual, expected, "output", values)
+    notes += _compare_judged(op.op, sample, seed, actual, expected, "output", values)
     if backward and values:
         notes += _check_backward(sample, (inp, args, kwargs), expected,
                                  (w_inp, w_args, w_kwargs), actual)
     if op.inplace_variant is not None and isinstance(sample.input, torch.Tensor):
         notes += _check_inplace(op, sample, seed, values)
     return notes
+
+
+# Note [Float64 arbiter]
+# The CPU's float32 result is itself rounded: where a sum's terms are hundreds of times larger
+# than the sum (addbmm's samples, values up to 9, cancel to near zero), it is off from the exact
+# value by more than the table's atol, and a wse result summed in another order (or in double)
+# can be closer to the exact value and still fail the table. Such a mismatch is judged by the op
+# run in float64 on the CPU: wse passes if, element by element, it is no further from the
+# float64 result than the CPU's float32 result is, plus the table's tolerance. A wrong value is
+# far beyond rounding and still fails.
+def _compare_judged(fn, sample, seed: int, actual, expected, what: str, values: bool) -> list:
+    """compare(), with a float32 mismatch judged by `fn` in float64; returns notes."""
+    try:
+        compare(actual, expected, what, values)
+    except Mismatch:
+        if not (values and _float64_agrees(fn, sample, seed, actual, expected)):
+            raise
+        return [f"{what} judged against float64 (Note [Float64 arbiter])"]
+    return []
+
+
+def _float64_agrees(fn, sample, seed: int, actual, expected) -> bool:
+    a_leaves, e_leaves = _leaves(actual), _leaves(expected)
+    if not any(isinstance(e, torch.Tensor) and e.dtype is torch.float32 for e in e_leaves):
+        return False
+    wide = [_map(part, lambda t: t.double() if t.dtype is torch.float32 else t)
+            for part in _sample_args(sample, "cpu", False)]
+    try:
+        with torch.no_grad():
+            r_leaves = _leaves(_call(fn, *wide, seed))
+    except Exception:           # noqa: BLE001 - no float64 result: the mismatch stands
+        return False
+    if len(r_leaves) != len(e_leaves):
+        return False
+    for a, e, r in zip(a_leaves, e_leaves, r_leaves):
+        if isinstance(e, torch.Tensor) and not _no_worse(a, e, r):
+            return False
+    return True
+
+
+def _no_worse(a, e: torch.Tensor, r) -> bool:
+    """wse's `a` is as close to the float64 result `r` as the CPU's `e` (within the table)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(r, torch.Tensor)) or a.shape != e.shape:
+        return False
+    a, e = a.detach().cpu(), e.detach()
+    if e.dtype is not torch.float32 or r.shape != e.shape:
+        return torch.equal(a, e)
+    atol, rtol = TOLERANCES[torch.float32]
+    a, e, r = a.double(), e.double(), r.detach().double()
+    nan = e.isnan()
+    if not torch.equal(a.isnan(), nan):
+        return False
+    a, e, r = a[~nan], e[~nan], r[~nan]
+    return bool(((a - r).abs() <= (e - r).abs() + atol + rtol * r.abs()).all())
 
 
 # Entries that draw dropout masks with a fixed seed inside the OpInfo wrapper: wse draws from the
@@ -320,9 +374,10 @@ def _check_inplace(op, sample, seed: int, values: bool) -> list:
         return [f"CPU in-place raises {type(e).__name__}"]
     w_inp, w_args, w_kwargs = _sample_args(sample, "wse", False)
     actual = _call(op.inplace_variant, w_inp, w_args, w_kwargs, seed)
-    compare(actual, expected, "in-place result", values)
-    compare(w_inp, inp, "in-place input", values)
-    return []
+    notes = _compare_judged(op.inplace_variant, sample, seed, actual, expected,
+                            "in-place result", values)
+    return notes + _compare_judged(op.inplace_variant, sample, seed, w_inp, inp,
+                                   "in-place input", values)
 
 
 # ---- one entry --------------------------------------------------------------------------------

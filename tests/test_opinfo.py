@@ -31,3 +31,22 @@ def test_opinfo(op):
 
 def test_entries_are_float32_cpu():
     assert ENTRIES and all(torch.float32 in op.supported_dtypes("cpu") for op in ENTRIES)
+
+
+def test_float64_arbiter_passes_a_closer_sum_and_fails_a_wrong_one():
+    """Note [Float64 arbiter] (coverage.py): the CPU's float32 sum of 1e4 + 1e-3 - 1e4 is off by
+    more than the table's atol; a result nearer the exact sum passes, a wrong one does not."""
+    from torch.testing._internal.opinfo.core import SampleInput
+    x = torch.tensor([1e4, 1e-3, -1e4])
+    sample, expected = SampleInput(x), torch.sum(x)
+    atol, _ = coverage.TOLERANCES[torch.float32]
+    assert abs(expected.double() - x.double().sum()) > atol       # the CPU's own error
+    exact = x.double().sum().float()
+
+    def judge(value):
+        return coverage._compare_judged(torch.sum, sample, 0, value, expected, "output", True)
+    assert judge(exact) == ["output judged against float64 (Note [Float64 arbiter])"]
+    with pytest.raises(coverage.Mismatch):
+        judge(exact + 1e-4)
+    with pytest.raises(coverage.Mismatch):
+        judge(torch.tensor(float("nan")))
