@@ -312,15 +312,21 @@ def test_gemm_alpha_beta_broadcast_and_degenerate(gemm_prog, dtype):
     torch.testing.assert_close(got, want, **tol)
 
 
-def test_gemm_runs_on_torchs_mkl_and_on_openblas_when_asked():
-    """GEMMs go to torch's MKL when torch ships one (its threads are the kernels' OpenMP team);
-    LAZYDEV_BLAS=openblas keeps OpenBLAS split into tiles, which the GEMM tests check in a child
-    process."""
-    if torch.backends.mkl.is_available():
-        assert rt.gemm_library_path.endswith("libtorch_cpu.so")
-    env = dict(os.environ, LAZYDEV_BLAS="openblas")
-    check = ("import lazydev.runtime as rt; "
-             "assert rt.gemm_library_path == rt.blas_library_path, rt.gemm_library_path")
+def test_gemm_library_follows_the_cpu_vendor_and_the_environment():
+    """GEMMs go to torch's MKL on Intel CPUs when torch ships one (its threads are the kernels'
+    OpenMP team), elsewhere to OpenBLAS split into tiles; LAZYDEV_BLAS=mkl|openblas picks one.
+    The GEMM tests run in a child process with the library this process did not pick."""
+    from lazydev.runtime import device
+    mkl = torch.backends.mkl.is_available()
+    intel = device._cpu_vendor() == "GenuineIntel"
+    torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    assert rt.gemm_library_path == (torch_cpu if intel and mkl else rt.blas_library_path)
+    other = "openblas" if rt.gemm_library_path == torch_cpu else "mkl"
+    if other == "mkl" and not mkl:
+        pytest.skip("this torch build has no MKL: OpenBLAS is the only GEMM library")
+    env = dict(os.environ, LAZYDEV_BLAS=other)
+    want = "rt.blas_library_path" if other == "openblas" else repr(torch_cpu)
+    check = f"import lazydev.runtime as rt; assert rt.gemm_library_path == {want}"
     res = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

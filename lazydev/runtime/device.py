@@ -54,11 +54,28 @@ def _load_blas() -> str:
     return path
 
 
+def _cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def _load_gemm() -> str:
-    """Which library runs GEMMs: torch's own MKL when this torch build has one (its threads are
-    the generated kernels' OpenMP team, csrc/wse_kernels.c), else OpenBLAS.
-    `LAZYDEV_BLAS=openblas` keeps OpenBLAS, to compare the two."""
-    if os.environ.get("LAZYDEV_BLAS", "") != "openblas":
+    """Which library runs GEMMs: on Intel CPUs, torch's own MKL when this torch build has one
+    (its threads are the generated kernels' OpenMP team, csrc/wse_kernels.c); elsewhere, and
+    when torch has no MKL, OpenBLAS split into tiles. MKL takes slower paths on other vendors'
+    CPUs: on an AVX2 AMD EPYC it ran the MLP step's GEMMs at 131 GFLOP/s against OpenBLAS's 157,
+    the transformer's at 152 against 162 (benchmarks/kernel_profile.py). `LAZYDEV_BLAS=openblas`
+    or `=mkl` picks one, to compare the two."""
+    choice = os.environ.get("LAZYDEV_BLAS", "").lower()
+    if choice not in ("mkl", "openblas"):
+        choice = "mkl" if _cpu_vendor() == "GenuineIntel" else "openblas"
+    if choice == "mkl":
         torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         if lib.wse_team_blas_load(os.fsencode(torch_cpu)) == 0:
             return torch_cpu
