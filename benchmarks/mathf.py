@@ -26,10 +26,10 @@ FUNCS = [("wse_expf", "wse_expf(x)", "exp"), ("libmvec expf", "exp(x)", "exp"),
          ("wse_erff", "wse_erff(x)", "erf"), ("libmvec erff", "erf(x)", "erf"),
          ("libmvec sinf", "sin(x)", "sin"), ("libmvec cosf", "cos(x)", "cos"),
          ("libmvec tanhf", "tanh(x)", "tanh"), ("libmvec logf", "log(x)", "log"),
-         ("candidate sinf, |x| < 2^17 only", "cand_sinf(x)", "sin"),
-         ("candidate tanhf", "cand_tanhf(x)", "tanh")]
+         ("wse_tanhf", "wse_tanhf(x)", "tanh"),
+         ("candidate sinf, |x| < 2^17 only", "cand_sinf(x)", "sin")]
 
-# Straight-line candidates measured for Note [Own float math] and not adopted: no faster than
+# A straight-line candidate measured for Note [Own float math] and not adopted: no faster than
 # libmvec's. cand_sinf lacks the exact path for |x| >= 2^17 (and NaN, inf), which a per-vector
 # escape call to a hand-written AVX-512 function added for 0.05 ns per float.
 CANDIDATES = r"""
@@ -47,21 +47,6 @@ static inline __attribute__((always_inline)) float cand_sinf(float x) {
   const uint32_t sb = wse_f32_bits(s), mag = sb & 0x7FFFFFFFu;
   const uint32_t m1 = mag < 0x3F800000u ? mag : 0x3F800000u;      /* |sin| <= 1 */
   return wse_bits_f32(m1 | ((sb ^ (wse_f32_bits(k) << 31) ^ wse_f32_bits(x)) & 0x80000000u));
-}
-static inline __attribute__((always_inline)) float cand_tanhf(float x) {
-  const float a = fabsf(x), z = a * a;               /* Cephes' polynomial below 0.625 */
-  float q = fmaf(z, -5.70498872745e-3f, 2.06390887954e-2f);
-  q = fmaf(q, z, -5.37397155531e-2f);
-  q = fmaf(q, z, 1.33314422036e-1f);
-  q = fmaf(q, z, -3.33332819422e-1f);
-  const float small = fmaf(q * z, a, a);
-  const float y = a > 9.1f ? 18.2f : a + a;          /* 1 - 2 / (e^2a + 1) above */
-  const float k = fmaf(y, 1.44269504f, WSE_ROUND_MAGIC), n = k - WSE_ROUND_MAGIC;
-  float r = fmaf(n, -0.693359375f, y);
-  r = fmaf(n, 2.12194440e-4f, r);
-  const float e = wse_bits_f32(wse_f32_bits(wse_exp_poly(r)) + (wse_f32_bits(k) << 23));
-  const float t = a >= 0.625f ? 1.0f - 2.0f / (e + 1.0f) : small;
-  return wse_bits_f32(wse_f32_bits(t) | (wse_f32_bits(x) & 0x80000000u));
 }
 """
 

@@ -229,6 +229,9 @@ static inline float wse_floordivf(float a, float b) {
      attention's causal mask, overflow) down a scalar path: 512K masked softmax inputs took
      0.68-1.03 ms against 0.11. wse_expf: 0.25 ns, 0.89 ulp, no special lane.
    * erff: libmvec's takes 0.59-0.67 ns, 4.0 ulp; wse_erff 0.35 ns, 1.37 ulp.
+   * tanhf: on AVX2-only CPUs, wse_tanhf (below); with AVX-512, libmvec's.
+   (Those figures are from an AVX-512 Intel machine. On an AVX2 AMD EPYC: wse_expf 0.42 ns,
+   libmvec's 0.36; wse_erff 0.59, libmvec's 0.62; sinf 0.41; logf 4.5.)
    Each is straight-line code: special cases are selects, never branches, so gcc vectorises a
    loop calling it, and the functions are always_inline: gcc -O2 declined to inline a larger one
    called several times in a loop, and the loop was then not vectorised at all (5-10x slower).
@@ -237,9 +240,7 @@ static inline float wse_floordivf(float a, float b) {
    and in-register table lookups that plain C cannot reach. sinf: a Cody-Waite reduction by pi
    and one odd polynomial take 0.20 ns for |x| < 2^17, but beyond that (and for NaN, inf) an
    exact path is needed, and the cheapest found, a call per vector to a hand-written AVX-512
-   escape, made it 0.25 ns, libmvec's 0.25-0.27 (1.9 ulp). tanhf: a polynomial below 0.625 and
-   1 - 2/(e^2x + 1) above, 1.36 ulp, take 0.43 ns (two paths and a division per vector),
-   libmvec's 0.28-0.30 (1.4 ulp). logf, not written: libmvec's takes 0.2 ns (3.9 ulp; 3.8 ns
+   escape, made it 0.25 ns, libmvec's 0.25-0.27 (1.9 ulp). logf, not written: libmvec's takes 0.2 ns (3.9 ulp; 3.8 ns
    when a lane is <= 0, a scalar path), and a straight-line one would need about 27 vector
    operations by count (about 0.27 ns at the two per cycle measured here). */
 #define WSE_MATHF static inline __attribute__((always_inline))
@@ -307,6 +308,31 @@ WSE_MATHF float wse_erff(float x) {
   const float y = a < 1.0f ? small : large;
   return wse_bits_f32(wse_f32_bits(y) | (wse_f32_bits(x) & 0x80000000u));
 }
+
+/* tanhf for generated loops, 1.36 ulp at worst over all floats. Which one is faster depends on
+   the vector ISA (benchmarks/mathf.py): with AVX-512, libmvec's (vscalefps, masked lanes) took
+   0.28-0.30 ns against 0.43 for this one; with AVX2 only (AMD EPYC, Zen 3), libmvec's took
+   0.91 ns and this one 0.72 (the 20-op chain's program: 17.0-18.4 -> 15.9-16.0 ms). Below 0.625, Cephes' odd polynomial; above, 1 - 2 / (e^2a + 1),
+   with e^2a for 2a <= 18.2 only (tanh rounds to 1 beyond 9.1), so 2^n is one exponent add. */
+#ifdef __AVX512F__
+WSE_MATHF float wse_tanhf(float x) { return tanhf(x); }
+#else
+WSE_MATHF float wse_tanhf(float x) {
+  const float a = fabsf(x), z = a * a;
+  float q = fmaf(z, -5.70498872745e-3f, 2.06390887954e-2f);
+  q = fmaf(q, z, -5.37397155531e-2f);
+  q = fmaf(q, z, 1.33314422036e-1f);
+  q = fmaf(q, z, -3.33332819422e-1f);
+  const float small = fmaf(q * z, a, a);
+  const float y = a > 9.1f ? 18.2f : a + a;
+  const float k = fmaf(y, 1.44269504f, WSE_ROUND_MAGIC), n = k - WSE_ROUND_MAGIC;
+  float r = fmaf(n, -0.693359375f, y);
+  r = fmaf(n, 2.12194440e-4f, r);
+  const float e = wse_bits_f32(wse_f32_bits(wse_exp_poly(r)) + (wse_f32_bits(k) << 23));
+  const float t = a >= 0.625f ? 1.0f - 2.0f / (e + 1.0f) : small;
+  return wse_bits_f32(wse_f32_bits(t) | (wse_f32_bits(x) & 0x80000000u));
+}
+#endif
 
 /* ---- activations -------------------------------------------------------- */
 

@@ -15,7 +15,8 @@ from lazydev.compile import build, last_compiled
 from lazydev.runtime import Buffer, Program
 
 # name in the prefix -> (torch function, max ulp error allowed; measured over all 2^32 floats)
-FUNCS = {"wse_expf": (torch.exp, 1.0), "wse_erff": (torch.erf, 1.5)}
+FUNCS = {"wse_expf": (torch.exp, 1.0), "wse_erff": (torch.erf, 1.5),
+         "wse_tanhf": (torch.tanh, 1.5)}
 
 PROGRAM = r"""
 /* s[0] picks the function, s[1] = n; bufs[0] = x, bufs[1] = f(x). */
@@ -69,8 +70,8 @@ def _floats():
     bits = torch.randint(-(2**31), 2**31 - 1, (400_000,), generator=g, dtype=torch.int64)
     inf, nan = float("inf"), float("nan")
     edges = torch.tensor([0.0, inf, nan, 1e-45, 1e-40, 1.1754942e-38, 1e-30, 1e-4, 0.5, 1.0,
-                          3.9192, 3.9194, 4.0, 9.0, 9.1, 87.3, 88.72, 88.73, 89.0, 89.1, 103.9,
-                          104.0, 104.1, 150.0, 1e10, 3.4e38])
+                          3.9192, 3.9194, 4.0, 0.6249999, 0.625, 9.0, 9.1, 9.1000004, 87.3,
+                          88.72, 88.73, 89.0, 89.1, 103.9, 104.0, 104.1, 150.0, 1e10, 3.4e38])
     x = torch.cat([dense, bits.to(torch.int32).view(torch.float32), edges])
     return torch.cat([x, -x])
 

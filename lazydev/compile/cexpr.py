@@ -69,7 +69,7 @@ _FLOAT_FN = {
 }
 # Float functions of our own (csrc/wse_prefix.h, Note [Own float math]): straight-line code,
 # faster than libmvec's and with no slow lanes (-inf for exp).
-_OWN_FLOAT_FN = {Op.EXP: "wse_expf", Op.ERF: "wse_erff"}
+_OWN_FLOAT_FN = {Op.EXP: "wse_expf", Op.ERF: "wse_erff", Op.TANH: "wse_tanhf"}
 _FLOAT_FN2 = {Op.ATAN2: "atan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign",
               Op.NEXTAFTER: "nextafter", Op.FMOD: "fmod"}
 # Ops whose float form is a long math function (libmvec's, or our own inline wse_expf and
