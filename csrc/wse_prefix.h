@@ -231,7 +231,7 @@ static inline float wse_floordivf(float a, float b) {
    * erff: libmvec's takes 0.59-0.67 ns, 4.0 ulp; wse_erff 0.35 ns, 1.37 ulp.
    * tanhf: on AVX2-only CPUs, wse_tanhf (below); with AVX-512, libmvec's.
    (Those figures are from an AVX-512 Intel machine. On an AVX2 AMD EPYC: wse_expf 0.42 ns,
-   libmvec's 0.36; wse_erff 0.59, libmvec's 0.62; sinf 0.41; logf 4.5.)
+   libmvec's 0.36; wse_erff 0.59, libmvec's 0.62; libmvec's sinf 0.41.)
    Each is straight-line code: special cases are selects, never branches, so gcc vectorises a
    loop calling it, and the functions are always_inline: gcc -O2 declined to inline a larger one
    called several times in a loop, and the loop was then not vectorised at all (5-10x slower).
@@ -240,9 +240,10 @@ static inline float wse_floordivf(float a, float b) {
    and in-register table lookups that plain C cannot reach. sinf: a Cody-Waite reduction by pi
    and one odd polynomial take 0.20 ns for |x| < 2^17, but beyond that (and for NaN, inf) an
    exact path is needed, and the cheapest found, a call per vector to a hand-written AVX-512
-   escape, made it 0.25 ns, libmvec's 0.25-0.27 (1.9 ulp). logf, not written: libmvec's takes 0.2 ns (3.9 ulp; 3.8 ns
-   when a lane is <= 0, a scalar path), and a straight-line one would need about 27 vector
-   operations by count (about 0.27 ns at the two per cycle measured here). */
+   escape, made it 0.25 ns, libmvec's 0.25-0.27 (1.9 ulp). logf, not written: libmvec's takes
+   0.2 ns (3.9 ulp; 3.8 ns when a lane is <= 0, a scalar path), and a straight-line one would
+   need about 27 vector operations by count (about 0.27 ns at the two per cycle measured
+   here). */
 #define WSE_MATHF static inline __attribute__((always_inline))
 #define WSE_ROUND_MAGIC 12582912.0f  /* 1.5 * 2^23: (x + M) - M rounds |x| < 2^22 to an integer */
 
@@ -312,8 +313,9 @@ WSE_MATHF float wse_erff(float x) {
 /* tanhf for generated loops, 1.36 ulp at worst over all floats. Which one is faster depends on
    the vector ISA (benchmarks/mathf.py): with AVX-512, libmvec's (vscalefps, masked lanes) took
    0.28-0.30 ns against 0.43 for this one; with AVX2 only (AMD EPYC, Zen 3), libmvec's took
-   0.91 ns and this one 0.72 (the 20-op chain's program: 17.0-18.4 -> 15.9-16.0 ms). Below 0.625, Cephes' odd polynomial; above, 1 - 2 / (e^2a + 1),
-   with e^2a for 2a <= 18.2 only (tanh rounds to 1 beyond 9.1), so 2^n is one exponent add. */
+   0.91 ns and this one 0.72 (the 20-op chain's program: 17.0-18.4 -> 15.9-16.0 ms). Below
+   0.625, Cephes' odd polynomial; above, 1 - 2 / (e^2a + 1), with e^2a for 2a <= 18.2 only
+   (tanh rounds to 1 beyond 9.1), so 2^n is one exponent add. */
 #ifdef __AVX512F__
 WSE_MATHF float wse_tanhf(float x) { return tanhf(x); }
 #else

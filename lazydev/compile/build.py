@@ -26,8 +26,8 @@ CC = os.environ.get("CC", "gcc")
 # loop-invariant motion pass still hoists invariant loads; the step programs of the benchmarks
 # ran as fast or faster without PRE (transformer 110 -> 108 ms, others within noise).
 FLAGS = ("-O2", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
-         "-fno-trapping-math", "-ffp-contract=off", "-D__FAST_MATH__", "-fvect-cost-model=dynamic", "-fno-tree-pre",
-         "-std=gnu11", "-w")
+         "-fno-trapping-math", "-ffp-contract=off", "-D__FAST_MATH__", "-fvect-cost-model=dynamic",
+         "-fno-tree-pre", "-std=gnu11", "-w")
 
 
 class CompileError(RuntimeError):
