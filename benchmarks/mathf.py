@@ -26,7 +26,7 @@ FUNCS = [("wse_expf", "wse_expf(x)", "exp"), ("libmvec expf", "exp(x)", "exp"),
          ("wse_erff", "wse_erff(x)", "erf"), ("libmvec erff", "erf(x)", "erf"),
          ("libmvec sinf", "sin(x)", "sin"), ("libmvec cosf", "cos(x)", "cos"),
          ("libmvec tanhf", "tanh(x)", "tanh"), ("libmvec logf", "log(x)", "log"),
-         ("wse_tanhf", "wse_tanhf(x)", "tanh"),
+         ("wse_tanhf (libmvec's with AVX-512)", "wse_tanhf(x)", "tanh"),
          ("candidate sinf, |x| < 2^17 only", "cand_sinf(x)", "sin")]
 
 # A straight-line candidate measured for Note [Own float math] and not adopted: no faster than

@@ -543,10 +543,12 @@ typedef float dc_vec __attribute__((vector_size(DC_VL * sizeof(float)), aligned(
 /* Keeps a loaded vector in a register: gcc otherwise folds the load into each FMA that uses
    it, and the backward weight's loop, bound by loads (most of them split across two cache
    lines), ran 1.45x slower with AVX-512. */
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
 #define DC_IN_REGISTER(v) __asm__("" : "+v"(v))
-#else
+#elif defined(__AVX__)
 #define DC_IN_REGISTER(v) __asm__("" : "+x"(v))
+#else
+#define DC_IN_REGISTER(v) ((void)0)
 #endif
 
 /* The direct loops run when their reduction (channels x taps, either way) is at most
@@ -556,17 +558,25 @@ typedef float dc_vec __attribute__((vector_size(DC_VL * sizeof(float)), aligned(
 #define DIRECT_MAX_K 288
 #define DIRECT_MIN_OUT 4
 
+/* Without AVX2 (SSE only, other ISAs) a tile's 8 accumulators take every register and
+   spill, so there the GEMM does it all. */
 static int direct_ok(const conv_t* c, int64_t out_channels) {
+#if defined(__AVX2__) || defined(__AVX512F__)
   return c->G == 1 && c->sh == 1 && c->sw == 1 && c->dh == 1 && c->dw == 1 &&
          c->ph < c->KH && c->pw < c->KW && c->OH > 0 && c->OW > 0 &&
          (c->C > c->O ? c->C : c->O) * c->KH * c->KW <= DIRECT_MAX_K &&
          out_channels >= DIRECT_MIN_OUT &&
          (c->N >= max_threads() || !can_fork(c->N * c->O * c->L * c->K));
+#else
+  (void)c;
+  (void)out_channels;
+  return 0;
+#endif
 }
 
 typedef struct {
   int64_t C, H, W, ph, pw; /* input planes and their padding */
-  int64_t Hp, Wp, tiles;   /* padded plane: every 16-wide tile's taps are in bounds */
+  int64_t Hp, Wp, tiles;   /* padded plane: every DC_VL-wide tile's taps are in bounds */
 } dc_pad_t;
 
 static dc_pad_t dc_pad(int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t KW,

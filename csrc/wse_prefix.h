@@ -330,6 +330,8 @@ WSE_MATHF float wse_tanhf(float x) {
   const float k = fmaf(y, 1.44269504f, WSE_ROUND_MAGIC), n = k - WSE_ROUND_MAGIC;
   float r = fmaf(n, -0.693359375f, y);
   r = fmaf(n, 2.12194440e-4f, r);
+  /* bits(k) = bits(M) + n, and bits(M) = 0x4B400000 shifts out of 32 bits: n << 23 is left,
+     2^n's exponent (0 <= n <= 27 in the lanes that use e). */
   const float e = wse_bits_f32(wse_f32_bits(wse_exp_poly(r)) + (wse_f32_bits(k) << 23));
   const float t = a >= 0.625f ? 1.0f - 2.0f / (e + 1.0f) : small;
   return wse_bits_f32(wse_f32_bits(t) | (wse_f32_bits(x) & 0x80000000u));

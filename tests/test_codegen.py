@@ -497,8 +497,9 @@ def test_attention_keys_are_copied_as_rows_and_transposed_by_the_gemm():
     g = torch.Generator().manual_seed(0)
     # Inputs at an attention layer's scale: weights as an initialised layer's, and r, the
     # scores' upstream gradient, 1/16 of unit as from softmax rows over 16 keys. With unit
-    # inputs w's gradient reached ~130 and the CPU's own float32 result was 2.5e-5 from the
-    # float64 one, beyond the table's atol, so a BLAS summing in another order could fail it.
+    # weights the gradients reached ~270, with unit r ~130, and the CPU's own float32 result was
+    # then 2.5e-5 from the float64 one, beyond the table's atol, so a BLAS summing in another
+    # order could fail it.
     x, w = torch.randn(2, 16, 24, generator=g), torch.randn(24, 96, generator=g) * 24 ** -0.5
     b, r = torch.randn(96, generator=g), torch.randn(2, 4, 16, 16, generator=g) / 16
 

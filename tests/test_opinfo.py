@@ -50,3 +50,18 @@ def test_float64_arbiter_passes_a_closer_sum_and_fails_a_wrong_one():
         judge(exact + 1e-4)
     with pytest.raises(coverage.Mismatch):
         judge(torch.tensor(float("nan")))
+    with pytest.raises(coverage.Mismatch):         # the dtype is compared as before
+        judge(exact.double())
+    with pytest.raises(coverage.Mismatch):         # and so is the number of results
+        judge((exact, exact))
+
+
+def test_float64_arbiter_does_not_excuse_a_float32_overflow():
+    """exp(89) overflows float32 on the CPU but not in float64: the float64 result cannot judge
+    that element, so wse must give the CPU's inf."""
+    from torch.testing._internal.opinfo.core import SampleInput
+    x = torch.tensor([1.0, 89.0])
+    sample, expected = SampleInput(x), torch.exp(x)
+    with pytest.raises(coverage.Mismatch):
+        coverage._compare_judged(torch.exp, sample, 0, torch.tensor([2.7182817, 0.0]),
+                                 expected, "output", True)

@@ -68,14 +68,15 @@ _FLOAT_FN = {
     Op.LOG10: "log10", Op.LGAMMA: "lgamma",
 }
 # Float functions of our own (csrc/wse_prefix.h, Note [Own float math]): straight-line code,
-# faster than libmvec's and with no slow lanes (-inf for exp).
+# faster than libmvec's and with no slow lanes (-inf for exp); wse_tanhf is libmvec's tanhf
+# with AVX-512, where that is the faster one.
 _OWN_FLOAT_FN = {Op.EXP: "wse_expf", Op.ERF: "wse_erff", Op.TANH: "wse_tanhf"}
 _FLOAT_FN2 = {Op.ATAN2: "atan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign",
               Op.NEXTAFTER: "nextafter", Op.FMOD: "fmod"}
-# Ops whose float form is a long math function (libmvec's, or our own inline wse_expf and
-# wse_erff): the costly part of a loop body, and what Note [Staged loops] (kernels.py) splits a
-# loop at. Inline ones count too: the 20-op chain took 7.9-8.0 ms with wse_expf in a loop of its
-# own, 8.8-9.6 ms with it inlined into tanh's loop.
+# Ops whose float form is a long math function (libmvec's, or our own inline wse_expf,
+# wse_erff and wse_tanhf): the costly part of a loop body, and what Note [Staged loops]
+# (kernels.py) splits a loop at. Inline ones count too: the 20-op chain took 7.9-8.0 ms with
+# wse_expf in a loop of its own, 8.8-9.6 ms with it inlined into tanh's loop.
 MATH_CALLS = (frozenset(_FLOAT_FN) - {Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC, Op.SQRT}
               | {Op.SIGMOID, Op.ATAN2, Op.HYPOT})
 _INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.EQ: "==", Op.NE: "!=",

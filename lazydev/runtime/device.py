@@ -10,6 +10,7 @@ import functools
 import gc
 import os
 import threading
+import warnings
 
 import numpy as np
 import torch
@@ -72,13 +73,18 @@ def _load_gemm() -> str:
     CPUs: on an AVX2 AMD EPYC it ran the MLP step's GEMMs at 131 GFLOP/s against OpenBLAS's 157,
     the transformer's at 152 against 162 (benchmarks/kernel_profile.py). `LAZYDEV_BLAS=openblas`
     or `=mkl` picks one, to compare the two."""
-    choice = os.environ.get("LAZYDEV_BLAS", "").lower()
-    if choice not in ("mkl", "openblas"):
-        choice = "mkl" if _cpu_vendor() == "GenuineIntel" else "openblas"
+    asked = os.environ.get("LAZYDEV_BLAS", "").lower()
+    if asked not in ("", "mkl", "openblas"):
+        warnings.warn(f"LAZYDEV_BLAS={asked!r} is not 'mkl' or 'openblas'; ignoring it")
+    choice = asked if asked in ("mkl", "openblas") else (
+        "mkl" if _cpu_vendor() == "GenuineIntel" else "openblas")
     if choice == "mkl":
         torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         if lib.wse_team_blas_load(os.fsencode(torch_cpu)) == 0:
             return torch_cpu
+        if asked == "mkl":
+            warnings.warn("LAZYDEV_BLAS=mkl: this torch build has no MKL to lend; GEMMs run "
+                          "on OpenBLAS")
     return blas_library_path
 
 
