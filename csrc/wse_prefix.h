@@ -264,14 +264,20 @@ WSE_MATHF float wse_exp_poly(float r) {     /* e^r for |r| <= ln2/2 */
   return fmaf(p, r, 1.0f);
 }
 
+/* x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 in two parts); returns r and sets *k to
+   n + WSE_ROUND_MAGIC, whose bits are bits(M) + n. */
+WSE_MATHF float wse_exp_reduce(float x, float* k) {
+  *k = fmaf(x, 1.44269504f, WSE_ROUND_MAGIC);
+  const float n = *k - WSE_ROUND_MAGIC;
+  const float r = fmaf(n, -0.693359375f, x);
+  return fmaf(n, 2.12194440e-4f, r);
+}
+
 WSE_MATHF float wse_expf(float x) {
   float xc = x > 89.0f ? 89.0f : x;
   xc = x < -104.0f ? -176.0f : xc;
-  const float k = fmaf(xc, 1.44269504f, WSE_ROUND_MAGIC);
-  const float n = k - WSE_ROUND_MAGIC;
-  float r = fmaf(n, -0.693359375f, xc);
-  r = fmaf(n, 2.12194440e-4f, r);
-  const float p = wse_exp_poly(r);
+  float k;
+  const float p = wse_exp_poly(wse_exp_reduce(xc, &k));
   const int32_t ki = (int32_t)wse_f32_bits(k), n1 = ki >> 1;   /* ki = bits(M) + n */
   const int32_t bias = 127 - (0x4B400000 >> 1);                 /* bits(M) is even */
   return p * wse_bits_f32((uint32_t)(n1 + bias) << 23)
@@ -327,12 +333,11 @@ WSE_MATHF float wse_tanhf(float x) {
   q = fmaf(q, z, -3.33332819422e-1f);
   const float small = fmaf(q * z, a, a);
   const float y = a > 9.1f ? 18.2f : a + a;
-  const float k = fmaf(y, 1.44269504f, WSE_ROUND_MAGIC), n = k - WSE_ROUND_MAGIC;
-  float r = fmaf(n, -0.693359375f, y);
-  r = fmaf(n, 2.12194440e-4f, r);
+  float k;
+  const float p = wse_exp_poly(wse_exp_reduce(y, &k));
   /* bits(k) = bits(M) + n, and bits(M) = 0x4B400000 shifts out of 32 bits: n << 23 is left,
      2^n's exponent (0 <= n <= 27 in the lanes that use e). */
-  const float e = wse_bits_f32(wse_f32_bits(wse_exp_poly(r)) + (wse_f32_bits(k) << 23));
+  const float e = wse_bits_f32(wse_f32_bits(p) + (wse_f32_bits(k) << 23));
   const float t = a >= 0.625f ? 1.0f - 2.0f / (e + 1.0f) : small;
   return wse_bits_f32(wse_f32_bits(t) | (wse_f32_bits(x) & 0x80000000u));
 }
