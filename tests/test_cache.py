@@ -179,3 +179,14 @@ def test_padding_to_buckets_bounds_recompiles_and_keeps_the_loss(fresh_cache):
         torch.testing.assert_close(losses[-1], (x @ w).square().sum(1).mean().item(),
                                    rtol=1e-5, atol=1e-6)
     assert lazydev.metrics.counters()["compilations"] == 1
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="no /proc/cpuinfo to read")
+def test_cache_key_names_the_cpu():
+    """A program built with -march=native must not be loaded on another CPU: the key's CPU part
+    carries the vendor, model and flags (it was 'x86_64|||' while /proc/cpuinfo's tab-padded
+    keys went unstripped)."""
+    from lazydev.compile import build
+    machine, vendor, model, flags = build.cpu_features().split("|")
+    assert machine and vendor and model and flags
+    assert dict(cache.key_parts(["int x;"]))["cpu_features"] == build.cpu_features()

@@ -319,7 +319,8 @@ def test_gemm_library_follows_the_cpu_vendor_and_the_environment():
     from lazydev.runtime import device
     mkl = torch.backends.mkl.is_available()
     asked = os.environ.get("LAZYDEV_BLAS", "")
-    wants_mkl = asked == "mkl" or (asked != "openblas" and device._cpu_vendor() == "GenuineIntel")
+    intel = device.cpu_fields().get("vendor_id") == "GenuineIntel"
+    wants_mkl = asked == "mkl" or (asked != "openblas" and intel)
     torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     assert rt.gemm_library_path == (torch_cpu if wants_mkl and mkl else rt.blas_library_path)
     other = "openblas" if rt.gemm_library_path == torch_cpu else "mkl"

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import tempfile
 
+from ..runtime.device import cpu_fields
+
 CC = os.environ.get("CC", "gcc")
 # -D__FAST_MATH__ only makes glibc declare its vector math (libmvec: exp, sin, tanh... on 8
 # floats at once, ~1 ulp) so loops calling them vectorise: 13x on an exp/sin/tanh chain here.
@@ -64,14 +66,10 @@ def compiler_identity() -> str:
 @functools.lru_cache(maxsize=None)
 def cpu_features() -> str:
     """What -march=native can use here: the model name and flags of this CPU."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-    except OSError:
+    fields = cpu_fields()
+    if not fields:
         return platform.machine()
-    first = text.split("\n\n")[0]
-    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-    picked = [fields.get(k, "").strip() for k in ("vendor_id", "model name", "flags")]
+    picked = [fields.get(k, "") for k in ("vendor_id", "model name", "flags")]
     return platform.machine() + "|" + "|".join(picked)
 
 

@@ -55,15 +55,17 @@ def _load_blas() -> str:
     return path
 
 
-def _cpu_vendor() -> str:
+@functools.lru_cache(maxsize=None)
+def cpu_fields() -> dict:
+    """The first processor's fields in /proc/cpuinfo (vendor_id, model name, flags, ...); empty
+    where there is no such file."""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+            first = f.read().split("\n\n")[0]
     except OSError:
-        pass
-    return ""
+        return {}
+    return {k.strip(): v.strip() for k, v in
+            (line.split(":", 1) for line in first.splitlines() if ":" in line)}
 
 
 def _load_gemm() -> str:
@@ -77,7 +79,7 @@ def _load_gemm() -> str:
     if asked not in ("", "mkl", "openblas"):
         warnings.warn(f"LAZYDEV_BLAS={asked!r} is not 'mkl' or 'openblas'; ignoring it")
     choice = asked if asked in ("mkl", "openblas") else (
-        "mkl" if _cpu_vendor() == "GenuineIntel" else "openblas")
+        "mkl" if cpu_fields().get("vendor_id") == "GenuineIntel" else "openblas")
     if choice == "mkl":
         torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         if lib.wse_team_blas_load(os.fsencode(torch_cpu)) == 0:
