@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -1096,6 +1097,55 @@ def test_a_job_paused_for_a_host_that_never_takes_it_goes_back_to_the_worker(mon
     assert ticket.done.is_set() and after.done.is_set() and ticket.error is None
     assert [k for k, _ in ran] == list(range(50)) + ["after"]
     assert {name for _, name in ran} == {"lazydev-exec"}
+    q.shutdown()
+
+
+class _Job:
+    """A resumable job that runs whole and can be weakly referenced."""
+
+    def pause(self):
+        pass
+
+    def reached(self, calls):
+        return False
+
+    def resume(self, unpause=False, limit_us=0, until=0):
+        return True
+
+
+class _DoneChecksJobIsGone(threading.Event):
+    """A ticket's `done` that records, when set, whether its job still lives."""
+
+    def __init__(self, ref):
+        super().__init__()
+        self.ref, self.job_alive = ref, None
+
+    def set(self):
+        gc.collect()
+        self.job_alive = self.ref() is not None
+        super().set()
+
+
+def test_a_job_is_dropped_before_its_ticket_is_done(monkeypatch):
+    """A host woken by `done` counts references (donation, device memory), so by then no
+    frame of the queue may hold the job, whose closure holds the run's buffers; whoever ran it,
+    the host that waited or the worker."""
+    from lazydev.runtime import queue as Q
+    q = Q.ExecQueue()
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker leaves the first to the host
+    tickets = []
+    for _ in range(2):
+        job = _Job()
+        ticket = q.submit(job)
+        ticket.done = _DoneChecksJobIsGone(weakref.ref(job))
+        tickets.append(ticket)
+        del job
+    q.wait(tickets[0])
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    with q._cv:
+        q._cv.notify_all()                            # the worker takes the second
+    assert tickets[1].done.wait(10)
+    assert [t.done.job_alive for t in tickets] == [False, False]
     q.shutdown()
 
 

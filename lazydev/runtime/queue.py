@@ -163,7 +163,8 @@ class ExecQueue:
         """Take the oldest job if nothing runs (caller holds the lock): jobs run one at a time,
         in order. The worker leaves a job HOST_GRACE seconds to a host that may wait for it,
         and a job paused for the host ORPHAN_GRACE (Note [Who runs a program]); returns (job,
-        ticket, paused), or the seconds to wait before asking again (None: until notified)."""
+        ticket, paused] as a list, or the seconds to wait before asking again (None: until
+        notified)."""
         if self._running or not self._pending:
             return None
         job, ticket, queued, paused = self._pending[0]
@@ -177,25 +178,30 @@ class ExecQueue:
         self._running = True
         if not host:
             self._worker_job = job
-        return job, ticket, paused
+        return [job, ticket, paused]     # a list: _run takes the job out of it
 
     def _work(self) -> None:
         _lower_priority()
         while True:
             with self._cv:
                 got = self._claim(host=False)
-                while not isinstance(got, tuple):
+                while not isinstance(got, list):
                     self._cv.wait(got)
                     got = self._claim(host=False)
-            job, ticket, paused = got
-            if job is None:
-                self._finish(ticket)
+            if got[0] is None:
+                self._finish(got[1])
                 return
             # A job back from a pause nobody took runs whole: no host is coming for it.
-            self._run(job, ticket, unpause=paused, limit_us=0 if paused else WORKER_LIMIT_US)
-            job = ticket = got = None
+            paused = got[2]
+            self._run(got, unpause=paused, limit_us=0 if paused else WORKER_LIMIT_US)
 
     def _finish(self, ticket: Ticket) -> None:
+        """Mark `ticket` done. No frame of this queue may still hold its job then: the closure
+        holds the run's buffers, and a host woken by `done` counts references (a buffer
+        something holds is never donated, Note [Donation] in compile/program.py; device
+        memory is measured). So the worker's reference goes first, under the lock."""
+        with self._cv:
+            self._worker_job = None
         ticket.done.set()
         self._release()
 
@@ -210,8 +216,11 @@ class ExecQueue:
             self._worker_job = None
             self._cv.notify_all()
 
-    def _run(self, job, ticket: Ticket, unpause: bool, limit_us: int = 0,
-             until: int = 0) -> None:
+    def _run(self, got: list, unpause: bool, limit_us: int = 0, until: int = 0) -> None:
+        """Run the claimed [job, ticket, paused] (emptied here, so that only this frame holds
+        the job, and drops it before the ticket is done, _finish)."""
+        job, ticket, _ = got
+        got.clear()
         t0 = time.perf_counter()
         finished = True
         if self._failed:
@@ -234,8 +243,7 @@ class ExecQueue:
             # are garbage (kept, each run would keep its predecessors' buffers alive).
             ticket.context = ticket.job = None
         ticket.holds = None
-        # The caller drops the job right after: its closure holds the run's buffers, and a
-        # buffer something still holds is never donated (Note [Donation] in compile/program.py).
+        job = None
         self._finish(ticket)
 
     def _await(self, target: Ticket, calls: int | None = None) -> None:
@@ -247,7 +255,9 @@ class ExecQueue:
                 if target.done.is_set():
                     return
                 job = target.job
-                if calls is not None and job is not None and job.reached(calls):
+                reached = calls is not None and job is not None and job.reached(calls)
+                job = None                          # held on, it outlives `done` (_finish)
+                if reached:
                     self._hand_back(target)
                     return
                 got = self._claim(host=True)
@@ -256,9 +266,8 @@ class ExecQueue:
                         self._worker_job.pause()    # it comes back to us (_release)
                     self._cv.wait()
                     continue
-            job, ticket, _ = got
-            self._run(job, ticket, unpause=True, until=calls if ticket is target and calls else 0)
-            job = ticket = got = None
+            mine = got[1] is target and calls
+            self._run(got, unpause=True, until=calls if mine else 0)
 
     def _front(self, job, ticket: Ticket, handed: bool) -> None:
         """Put a started job back at the front of the queue (the caller holds the lock):
