@@ -16,7 +16,7 @@ from lazydev.runtime import Buffer, Program
 
 # name in the prefix -> (torch function, max ulp error allowed; measured over all 2^32 floats)
 FUNCS = {"wse_expf": (torch.exp, 1.0), "wse_erff": (torch.erf, 1.5),
-         "wse_tanhf": (torch.tanh, 1.5)}
+         "wse_tanhf": (torch.tanh, 5.5)}
 
 PROGRAM = r"""
 /* s[0] picks the function, s[1] = n; bufs[0] = x, bufs[1] = f(x). */
@@ -119,7 +119,7 @@ def test_erf_and_gelu_run_our_erf_on_the_device():
 
 
 def test_tanh_runs_our_tanh_on_the_device():
-    """wse_tanhf is libmvec's tanhf with AVX-512 and our straight-line one without; either way
+    """wse_tanhf is libmvec's tanhf with AVX-512 and our rational one without; either way
     the kernel calls it, and values and gradients match the CPU."""
     x = torch.randn(4, 1000, generator=torch.Generator().manual_seed(2)) * 4
     assert_same(torch.tanh(x.to("wse")), torch.tanh(x))
