@@ -50,22 +50,6 @@ static int max_threads(void) {
 #endif
 }
 
-static int team_size(void) {
-#ifdef _OPENMP
-  return omp_get_num_threads();
-#else
-  return 1;
-#endif
-}
-
-static int thread_num(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
 /* Fork a team only for enough work and never from inside another team (so
    nested regions cannot oversubscribe regardless of OMP_MAX_ACTIVE_LEVELS). */
 static int can_fork(int64_t work) {
@@ -96,13 +80,27 @@ static int blas_ok(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, in
 }
 
 /* Independent tiles of a batched GEMM: batch x mp row blocks x np column
-   blocks.  Only split matrices when the batch alone cannot feed every thread. */
+   blocks.  Only split matrices when the batch alone cannot feed every thread.
+   Note [Fixed tiles]: the tiles follow the host's team size (g_team, set where the host
+   starts its team), not the running thread's, and whoever runs a GEMM runs exactly these
+   tiles, each one BLAS call: forked on the host, one after another on the queue's worker
+   (which never forks, Note [One OpenMP team] in wse_runtime.c), which also pauses only
+   between them (Note [Sliced GEMM]). OpenBLAS's bits depend on a call's shape (row or column
+   halves of a 128x1024x784 product differ from the whole in 7-9K of its 131K elements), so
+   tiles that followed the running thread made a step's values depend on who ran it. */
 typedef struct { int64_t mp, np, count; int fork; } gemm_tiles_t;
+
+static int g_team = 1;
+/* Set inside a loop that spreads its iterations (images) over the team: each GEMM there is one
+   tile, wherever the loop runs (for_each_image). */
+static __thread int tls_whole_gemms;
+
+void wse_kernels_set_team(void) { g_team = max_threads(); }
 
 static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
   gemm_tiles_t t = {1, 1, batch, 0};
   int64_t work = batch * M * N * (K > 0 ? K : 1);
-  int nt = (work >= WSE_GEMM_MIN_WORK && can_fork(work)) ? max_threads() : 1;
+  int nt = work >= WSE_GEMM_MIN_WORK && !tls_whole_gemms ? g_team : 1;
   if (nt <= 1) return t;
   if (batch < nt && g_fsgemm) return t;   /* the team BLAS forks the team itself */
   if (batch < nt) {
@@ -111,7 +109,7 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
     else t.np = need < N ? need : N;
   }
   t.count = batch * t.mp * t.np;
-  t.fork = t.count > 1;
+  t.fork = t.count > 1 && can_fork(work);
   return t;
 }
 
@@ -157,6 +155,24 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
                    lda, B + b * sb + (tb ? j0 * ldb : j0), ldb, beta,                      \
                    C + b * sc + i0 * ldc + j0, ldc);                                       \
   }                                                                                        \
+  /* Tiles [t0, t1) of the plan `tl`, forked when it says so. No inactive `parallel if (0)`  \
+     region around unforked calls: a threaded BLAS called inside one starts a nested team   \
+     each time (MKL ran 3-5x slower). */                                                   \
+  static void gemm_tiles_##SUF(const gemm_tiles_t* tl, int64_t t0, int64_t t1, int ta,      \
+                               int tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, \
+                               int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, \
+                               T beta, T* C, int64_t ldc, int64_t sc) {                    \
+    if (!tl->fork || t1 - t0 < 2) {                                                        \
+      for (int64_t t = t0; t < t1; t++)                                                    \
+        gemm_tile_##SUF(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,   \
+                        ldc, sc);                                                          \
+      return;                                                                              \
+    }                                                                                      \
+    _Pragma("omp parallel for schedule(static)")                                           \
+    for (int64_t t = t0; t < t1; t++)                                                      \
+      gemm_tile_##SUF(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, \
+                      sc);                                                                 \
+  }                                                                                        \
   static void gemm_##SUF(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,   \
                          T alpha, const T* A, int64_t lda, int64_t sa, const T* B,         \
                          int64_t ldb, int64_t sb, T beta, T* C, int64_t ldc, int64_t sc) { \
@@ -165,18 +181,8 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
     ldb = fix_ld(ldb, tb ? N : K, tb ? K : N);                                             \
     ldc = fix_ld(ldc, M, N);                                                               \
     gemm_tiles_t tl = plan_gemm(batch, M, N, K);                                           \
-    /* No inactive `parallel if (0)` region around unforked calls: a threaded BLAS called   \
-       inside one starts a nested team each time (MKL ran 3-5x slower). */                 \
-    if (!tl.fork) {                                                                        \
-      for (int64_t t = 0; t < tl.count; t++)                                               \
-        gemm_tile_##SUF(&tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,  \
-                        ldc, sc);                                                          \
-      return;                                                                              \
-    }                                                                                      \
-    _Pragma("omp parallel for schedule(static)")                                           \
-    for (int64_t t = 0; t < tl.count; t++)                                                 \
-      gemm_tile_##SUF(&tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, \
-                      sc);                                                                 \
+    gemm_tiles_##SUF(&tl, 0, tl.count, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,     \
+                     beta, C, ldc, sc);                                                    \
   }
 
 WSE_DEFINE_GEMM(f32, float, g_sgemm, g_fsgemm)
@@ -188,18 +194,16 @@ WSE_DEFINE_GEMM(f64, double, g_dgemm, g_fdgemm)
    (Note [Who runs a program] in lazydev/runtime/queue.py): the host can take a run over only
    between two calls, and a one-thread GEMM of several milliseconds would keep it waiting. The
    sliced GEMM lets the worker run them anyway. Under a run with a long-call limit (stop[1] > 0:
-   the worker), it computes about WSE_SLICE_FLOPS at a time, row or column blocks of C (or
-   batch elements of a batched GEMM), and after each slice returns WSE_PAUSED if the run was
-   asked to pause, with the blocks done in stop[2]; the entry then leaves *next at this call.
-   The host resumes the call and computes what is left as one GEMM, on the whole team. A run
-   without a limit (the host) does the same from stop[2] without slicing, and both leave
-   stop[2] = 0 when done.
+   the worker), it runs the GEMM's tiles (Note [Fixed tiles]) about WSE_SLICE_FLOPS at a time,
+   at least one, and after each slice returns WSE_PAUSED if the run was asked to pause, with
+   the tiles done in stop[2]; the entry then leaves *next at this call. The host resumes the
+   call and runs the tiles left on its team. A run without a limit (the host) does the same
+   from stop[2] without slicing, and both leave stop[2] = 0 when done. A slice is a whole tile,
+   not a block of one, so a pause never changes a value; on two threads a single product has
+   two tiles, so the host may wait for half a product (a transformer's 1024x1024x256, 1.3 ms).
    The run's stop array reaches the library through a thread-local that wse_program_run sets
    around the entry: generated kernels do not take it as an argument. */
 #define WSE_SLICE_FLOPS (32LL << 20)   /* ~0.25 ms on one core here */
-/* Narrower column blocks ran slowly on one core: a weight gradient's 256x1024x1024 GEMM
-   (A transposed) took 1.28-1.43x its unsliced time in 64-column slices, 1.02-1.09x in 256. */
-#define WSE_SLICE_MIN_COLS 256
 
 static __thread volatile int32_t* tls_stop;
 
@@ -211,35 +215,26 @@ void wse_kernels_set_run(volatile int32_t* stop) { tls_stop = stop; }
                                  const T* B, int64_t ldb, int64_t sb, T beta, T* C,         \
                                  int64_t ldc, int64_t sc) {                                \
     volatile int32_t* st = tls_stop;                                                       \
-    /* Slices of a batch are whole products; of one product, blocks of C's rows, or of its  \
-       columns when it is wider than tall: each slice then re-reads the smaller operand. */ \
-    const int axis = batch > 1 ? 0 : M >= N ? 1 : 2;                                       \
-    const int64_t units = axis == 0 ? batch : axis == 1 ? M : N;                           \
-    if (!st || units > INT32_MAX || M <= 0 || N <= 0) {                                    \
-      gemm_##SUF(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);  \
-      return 0;                                                                            \
-    }                                                                                      \
+    if (batch <= 0 || M <= 0 || N <= 0) return 0;                                          \
     lda = fix_ld(lda, ta ? K : M, ta ? M : K);                                             \
     ldb = fix_ld(ldb, tb ? N : K, tb ? K : N);                                             \
     ldc = fix_ld(ldc, M, N);                                                               \
-    const int64_t unit = 2 * (axis == 0 ? M * N : axis == 1 ? N : M) * (K > 0 ? K : 1);    \
-    int64_t per = st[1] > 0 ? WSE_SLICE_FLOPS / unit : units;                              \
-    const int64_t least = axis == 2 ? WSE_SLICE_MIN_COLS : 1;                              \
-    per = per < least ? least : per;                                                       \
-    for (int64_t u0 = st[2]; u0 < units;) {                                                \
-      const int64_t u1 = units - u0 < per ? units : u0 + per, n = u1 - u0;                 \
-      if (axis == 0)                                                                       \
-        gemm_##SUF(n, ta, tb, M, N, K, alpha, A + u0 * sa, lda, sa, B + u0 * sb, ldb, sb,   \
-                   beta, C + u0 * sc, ldc, sc);                                            \
-      else if (axis == 1)                                                                  \
-        gemm_##SUF(1, ta, tb, n, N, K, alpha, A + (ta ? u0 : u0 * lda), lda, 0, B, ldb, 0, \
-                   beta, C + u0 * ldc, ldc, 0);                                            \
-      else                                                                                 \
-        gemm_##SUF(1, ta, tb, M, n, K, alpha, A, lda, 0, B + (tb ? u0 * ldb : u0), ldb, 0, \
-                   beta, C + u0, ldc, 0);                                                  \
-      u0 = u1;                                                                             \
-      if (u0 < units && st[0]) {                                                           \
-        st[2] = (int32_t)u0;                                                               \
+    gemm_tiles_t tl = plan_gemm(batch, M, N, K);                                           \
+    if (!st || tl.count > INT32_MAX) {                                                     \
+      gemm_tiles_##SUF(&tl, 0, tl.count, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,   \
+                       beta, C, ldc, sc);                                                  \
+      return 0;                                                                            \
+    }                                                                                      \
+    const int64_t tile = 2 * batch * M * N * (K > 0 ? K : 1) / tl.count;                   \
+    int64_t per = st[1] > 0 ? WSE_SLICE_FLOPS / (tile > 0 ? tile : 1) : tl.count;          \
+    per = per < 1 ? 1 : per;                                                               \
+    for (int64_t t0 = st[2]; t0 < tl.count;) {                                             \
+      const int64_t t1 = tl.count - t0 < per ? tl.count : t0 + per;                        \
+      gemm_tiles_##SUF(&tl, t0, t1, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, \
+                       C, ldc, sc);                                                        \
+      t0 = t1;                                                                             \
+      if (t0 < tl.count && st[0]) {                                                        \
+        st[2] = (int32_t)t0;                                                               \
         return WSE_PAUSED;                                                                 \
       }                                                                                    \
     }                                                                                      \
@@ -382,12 +377,16 @@ static void bwd_weight_image(const conv_t* c, const float* gy, const float* x, f
   }
 }
 
-/* Threads to spread images over.  1 means images run one after another and
-   each GEMM / im2col inside forks its own team instead (few, big images). */
+/* Parts to spread images over: the host's team size (Note [Fixed tiles]), whoever runs the
+   conv.  1 means images run one after another and each GEMM / im2col inside forks its own
+   team instead (few, big images).  The parts fork only where the running thread can. */
+static int64_t conv_work(const conv_t* c) {
+  return c->N * c->G * c->Og * c->L * (c->K > 0 ? c->K : 1);
+}
+
 static int image_threads(const conv_t* c) {
-  int nt = max_threads();
-  if (c->N < nt || !can_fork(c->N * c->G * c->Og * c->L * (c->K > 0 ? c->K : 1))) return 1;
-  return nt;
+  if (c->N < g_team || conv_work(c) < WSE_OMP_MIN_WORK) return 1;
+  return g_team;
 }
 
 typedef void (*image_fn)(const conv_t*, const float*, const float*, float*, float*);
@@ -396,14 +395,16 @@ typedef void (*image_fn)(const conv_t*, const float*, const float*, float*, floa
    thread with its own im2col scratch (Note [Scratch failures] in wse_runtime.c). */
 static void for_each_image(const conv_t* c, image_fn fn, const float* in, int64_t in_stride,
                            const float* w, float* out, int64_t out_stride, int64_t* failed) {
-  int nt = image_threads(c);
+  int nt = image_threads(c), fork = nt > 1 && can_fork(conv_work(c));
   size_t col_bytes = c->identity ? 0 : (size_t)(c->K * c->L) * sizeof(float);
-  _Pragma("omp parallel num_threads(nt) if (nt > 1)")
+  _Pragma("omp parallel num_threads(nt) if (fork)")
   {
     float* col = wse_scratch(col_bytes, failed);
+    tls_whole_gemms = nt > 1;
     _Pragma("omp for schedule(static)")
     for (int64_t n = 0; n < c->N; n++)
       if (col) fn(c, in + n * in_stride, w, out + n * out_stride, col);
+    tls_whole_gemms = 0;
     free(col);
   }
 }
@@ -566,7 +567,7 @@ static int direct_ok(const conv_t* c, int64_t out_channels) {
          c->ph < c->KH && c->pw < c->KW && c->OH > 0 && c->OW > 0 &&
          (c->C > c->O ? c->C : c->O) * c->KH * c->KW <= DIRECT_MAX_K &&
          out_channels >= DIRECT_MIN_OUT &&
-         (c->N >= max_threads() || !can_fork(c->N * c->O * c->L * c->K));
+         (c->N >= g_team || c->N * c->O * c->L * c->K < WSE_OMP_MIN_WORK);
 #else
   (void)c;
   (void)out_channels;
@@ -798,35 +799,37 @@ static int conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, cons
   return wse_scratch_status(failed, errinfo);
 }
 
-/* Images are summed into gw, so threads accumulate private copies that are
-   reduced afterwards (static schedule keeps the result deterministic). */
+/* Images are summed into gw: the images are split into image_threads() fixed blocks, each
+   summed into its own copy, and the copies added in block order, so the result does not
+   depend on how many threads ran the blocks (Note [Fixed tiles]). */
 static void im2col_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw,
                               int64_t* failed) {
   int64_t wsize = c->O * c->K;
-  int nt = image_threads(c);
+  int nt = image_threads(c), fork = nt > 1 && can_fork(conv_work(c));
   size_t col_bytes = c->identity ? 0 : (size_t)(c->K * c->L) * sizeof(float);
   float* part = nt > 1 ? wse_scratch((size_t)(nt * wsize) * sizeof(float), failed) : gw;
-  int team = nt;   /* the threads OpenMP gave: fewer than nt leaves slices of part unwritten */
   if (!part) return;
-  _Pragma("omp parallel num_threads(nt) if (nt > 1)")
+  _Pragma("omp parallel num_threads(nt) if (fork)")
   {
-    if (thread_num() == 0) team = team_size();
     float* col = wse_scratch(col_bytes, failed);
-    float* acc = part + (nt > 1 ? thread_num() * wsize : 0);
-    float beta = 0.0f;
+    tls_whole_gemms = nt > 1;
     _Pragma("omp for schedule(static)")
-    for (int64_t n = 0; n < c->N; n++) {
+    for (int b = 0; b < nt; b++) {
+      float* acc = part + b * wsize;
+      const int64_t n0 = c->N * b / nt, n1 = c->N * (b + 1) / nt;
       if (!col) continue;
-      bwd_weight_image(c, gy + n * c->O * c->L, x + n * c->C * c->H * c->W, acc, col, beta);
-      beta = 1.0f;
+      if (n0 == n1) memset(acc, 0, (size_t)wsize * sizeof(float));
+      for (int64_t n = n0; n < n1; n++)
+        bwd_weight_image(c, gy + n * c->O * c->L, x + n * c->C * c->H * c->W, acc, col,
+                         n > n0 ? 1.0f : 0.0f);
     }
-    if (beta == 0.0f) memset(acc, 0, (size_t)wsize * sizeof(float)); /* thread got no image */
+    tls_whole_gemms = 0;
     free(col);
   }
   if (nt > 1) {
     for (int64_t i = 0; i < wsize; i++) {
       float s = 0;
-      for (int t = 0; t < team; t++) s += part[t * wsize + i];
+      for (int b = 0; b < nt; b++) s += part[b * wsize + i];
       gw[i] = s;
     }
     free(part);

@@ -328,6 +328,7 @@ void wse_serial_thread(void) {
 /* Device initialisation: start the OpenMP thread pool and let OpenBLAS allocate its buffers
    now (tens of milliseconds on first use), not inside the first step's program. */
 void wse_warmup(void) {
+  wse_kernels_set_team();   /* Note [Fixed tiles] in wse_kernels.c */
   float a[64 * 64], c[64 * 64];
   for (int i = 0; i < 64 * 64; i++) a[i] = 0.0f;
   wse_kernels_lib.gemm_f32(1, 0, 0, 64, 64, 64, 1.0f, a, 64, 0, a, 64, 0, 0.0f, c, 64, 0);

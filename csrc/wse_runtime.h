@@ -66,6 +66,7 @@ typedef void (*wse_fdgemm_fn)(const char* ta, const char* tb, const int* m, cons
                               const int* lda, const double* b, const int* ldb,
                               const double* beta, double* c, const int* ldc);
 void wse_kernels_set_team_blas(wse_fsgemm_fn sgemm, wse_fdgemm_fn dgemm);
+void wse_kernels_set_team(void);   /* GEMM tiles follow the calling (host) thread's team */
 /* The stop array of the program run on this thread, or NULL (Note [Sliced GEMM]). */
 void wse_kernels_set_run(volatile int32_t* stop);
 int wse_linalg_load(void* handle);   /* wse_linalg.c: 0 ok, 1 a LAPACK symbol is missing */

@@ -770,38 +770,109 @@ int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t*
 
 
 @pytest.mark.parametrize("dtype,batch,ta,tb,M,N,K,pad", [
-    (torch.float32, 1, 0, 0, 512, 256, 512, 0),     # taller than wide: blocks of rows
-    (torch.float32, 1, 1, 1, 128, 1024, 512, 3),    # wider than tall: blocks of columns
+    (torch.float32, 1, 0, 0, 512, 256, 512, 0),     # taller than wide: tiles of rows
+    (torch.float32, 1, 1, 1, 128, 1024, 512, 3),    # wider than tall: tiles of columns
     (torch.float64, 1, 1, 0, 96, 4096, 256, 1),
     (torch.float32, 6, 0, 1, 256, 256, 256, 2),     # a batch: whole products
 ])
-def test_a_sliced_gemm_pauses_between_slices_and_the_host_does_the_rest(
+def test_a_sliced_gemm_pauses_between_tiles_and_its_bits_follow_no_thread(
         cdir, dtype, batch, ta, tb, M, N, K, pad):
-    """Note [Sliced GEMM]: under a long-call limit a paused run still computes one slice per
-    resume and stops with the blocks done in its position; a run without a limit computes
-    the rest at once. Every element is written exactly once, whatever the split."""
+    """Note [Sliced GEMM], Note [Fixed tiles]: under a long-call limit a paused run computes
+    whole tiles and stops with the tiles done in its position; a run without a limit computes
+    the rest at once. The product is bit-identical whoever runs it: the host's team unpaused,
+    one thread (the queue's worker) unpaused, or the worker paused and the host finishing."""
     prog = build_program(cdir, "sliced_gemm", SLICED_GEMM_C)
     a_store, a = _padded(batch, K if ta else M, M if ta else K, pad, dtype)
     b_store, bm = _padded(batch, N if tb else K, K if tb else N, pad, dtype)
     c_store, _ = _padded(batch, M, N, pad, dtype)
     c_store.fill_(float("nan"))
-    bufs = [Buffer.from_tensor(x) for x in (a_store, b_store, c_store)]
-    run = prog.start(bufs, [32 if dtype == torch.float32 else 64, batch, ta, tb, M, N, K, 1.0,
-                            a_store.shape[-1], a_store[0].numel(), b_store.shape[-1],
-                            b_store[0].numel(), 0.0, c_store.shape[-1], c_store[0].numel()])
-    run.pause()
-    seen = []
-    for _ in range(2):
-        assert run.resume(limit_us=10**6) is False
-        seen.append(run.position())
-    units = batch if batch > 1 else max(M, N)
-    (c1, one), (c2, two) = seen
-    assert c1 == c2 == 0 and 0 < one < two < units and two == 2 * one, seen
-    assert run.resume(unpause=True) is True and run.position() == (1, 0)
-    got = bufs[2].to_tensor(dtype, c_store.shape)[..., :N]
+    args = [32 if dtype == torch.float32 else 64, batch, ta, tb, M, N, K, 1.0,
+            a_store.shape[-1], a_store[0].numel(), b_store.shape[-1], b_store[0].numel(), 0.0,
+            c_store.shape[-1], c_store[0].numel()]
+
+    def start():
+        bufs = [Buffer.from_tensor(x) for x in (a_store, b_store, c_store)]
+        return prog.start(bufs, args), bufs[2]
+
+    def on_thread(fn):
+        out = []
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+        t.join()
+        return out[0]
+
+    def product(c):
+        return c.to_tensor(dtype, c_store.shape)[..., :N]
+    host, c_host = start()
+    assert host.resume() is True
+    serial, c_serial = start()
+    assert on_thread(serial.resume) is True
+    paused, c_paused = start()
+    paused.pause()
+    assert on_thread(lambda: paused.resume(limit_us=10**6)) is False
+    calls, tiles = paused.position()
+    assert calls == 0 and tiles > 0
+    assert paused.resume(unpause=True) is True and paused.position() == (1, 0)
+    want = product(c_host)
+    assert torch.equal(product(c_serial), want) and torch.equal(product(c_paused), want)
     opa = a.double().transpose(-1, -2) if ta else a.double()
     opb = bm.double().transpose(-1, -2) if tb else bm.double()
-    torch.testing.assert_close(got.double(), opa @ opb, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(want.double(), opa @ opb, rtol=1e-4, atol=1e-3)
+
+
+def _bits_whoever_runs(monkeypatch, step, inputs):
+    """`step(*inputs)` on wse twice, the host taking the step's program, then the queue's
+    one-thread worker running it before anyone asks; both results, on the CPU."""
+    from lazydev.runtime import queue as Q
+    dev = [x.detach().to("wse").requires_grad_(x.requires_grad) for x in inputs]
+    lazydev.mark_step()
+    got = []
+    for grace in (60.0, 0.0):                   # the host takes the step; the worker runs it
+        monkeypatch.setattr(Q, "HOST_GRACE", grace)
+        out = step(*dev)
+        lazydev.mark_step()
+        if grace == 0.0:
+            assert Q.EXEC._last.done.wait(30)   # finished before anyone asked for it
+        got.append([o.cpu() for o in out])
+    return got
+
+
+def _sum_step(x):
+    return [(x * 1.0001).sum()]
+
+
+def _conv_step(x, w):
+    w.grad = None
+    y = torch.nn.functional.conv2d(x, w, padding=1)
+    y.square().sum().backward()
+    return [y, w.grad]
+
+
+def _gemm_step(a, b):
+    return [a @ b]
+
+
+@pytest.mark.parametrize("step,shapes,dtype", [
+    (_sum_step, [(1 << 20,)], torch.float64),           # float32 sums accumulate in double
+    (_conv_step, [(8, 64, 14, 14), (32, 64, 3, 3)], torch.float32),   # im2col + GEMM path
+    (_gemm_step, [(128, 784), (784, 1024)], torch.float32),    # two tiles on two threads
+])
+def test_a_step_has_the_same_bits_whoever_runs_it(monkeypatch, step, shapes, dtype):
+    """Note [Fixed sums] (compile/kernels.py), Note [Fixed tiles] (csrc/wse_kernels.c): how a
+    sum, a conv's weight gradient and a GEMM split their work follows the host's team, not
+    the thread running the step, so the host and the queue's worker agree to the bit."""
+    g = torch.Generator().manual_seed(3)
+    # Scaled so that sums of hundreds of products stay near 1, where the CPU's own rounding
+    # is well inside the tolerance table.
+    inputs = [torch.randn(s, generator=g, dtype=dtype) / 16 for s in shapes]
+    if step is _conv_step:
+        inputs[1].requires_grad_()
+    host, worker = _bits_whoever_runs(monkeypatch, step, inputs)
+    for h, w in zip(host, worker):
+        assert torch.equal(h, w)
+    cpu = step(*[x.detach().requires_grad_(x.requires_grad) for x in inputs])
+    for h, c in zip(host, cpu):
+        assert_same(h, c.detach())
 
 
 def test_the_worker_runs_a_long_gemm_in_slices_and_the_host_finishes_it(monkeypatch):

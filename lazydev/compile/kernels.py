@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op
 from . import cexpr
@@ -259,18 +259,17 @@ def reduction(e: Emitter, n: Node) -> None:
     split = _trailing_split(x, axes)
     if split is not None and out_numel > 1:
         return split_reduction(e, n, red, split)
+    if out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN:
+        return _full_sum(e, n, red)
     fold = Fold(n)
-    inner_parallel = out_numel == 1 and n.op is Op.SUM and red >= PARALLEL_MIN
-    if not inner_parallel and out_numel > 1:
+    if out_numel > 1:
         _omp(b, out_numel * red)
     with e.loop("o", out_numel):
         if out_numel > 1 and axes == (len(x.shape) - 1,):
             rows = Idx(n.shape[:-1], flat="o")
             row_reductions(e, (n,), [e.dim(rows, k) for k in range(len(n.shape) - 1)])
         b.line(fold.decl())
-        if inner_parallel:
-            b.line("#pragma omp parallel for simd schedule(static) reduction(+:acc)")
-        elif fold.pragma():
+        if fold.pragma():
             b.line(fold.pragma())
         with e.loop("r", red):
             v = e.load(x, _reduce_positions(e, n, x, axes, "o", "r"))
@@ -353,20 +352,52 @@ def _column_runs(e: Emitter, n: Node, red: int) -> None:
     with e.loop("c", runs):
         b.line(f"{acc_t}* restrict acc = part[c];")
         b.line(f"for (int64_t j = 0; j < {out}; j++) acc[j] = {init};")
-        # A run's rows [c * red / runs, (c + 1) * red / runs): r's range is all rows.
-        prev = e.ix.set_range("r", 0, red - 1)
-        try:
-            with b.block(f"for (int64_t r = c * {red} / {runs}; r < (c + 1) * {red} / {runs}; "
-                         "r++)"):
-                b.line("#pragma omp simd")
-                with e.loop("j", out):
-                    v = e.load(x, Idx(x.shape, flat=f"r * {out} + j"))
-                    b.line(cexpr.reduce_step(n.op, n.dtype, "acc[j]", v))
-        finally:
-            e.ix.restore("r", prev)
+        with _run_rows(e, red, runs):
+            b.line("#pragma omp simd")
+            with e.loop("j", out):
+                v = e.load(x, Idx(x.shape, flat=f"r * {out} + j"))
+                b.line(cexpr.reduce_step(n.op, n.dtype, "acc[j]", v))
     total = f" {SIMD_REDUCE[n.op]} ".join(f"part[{c}][j]" for c in range(runs))
     with e.loop("j", out):
         _store(e, n, "j", cexpr.round_half(n.dtype, f"({vtype(n.dtype)})({total})"))
+
+
+@contextmanager
+def _run_rows(e: Emitter, red: int, runs: int):
+    """`for r` over run c's rows [c * red / runs, (c + 1) * red / runs), inside a loop over c
+    (Note [Column reductions], Note [Fixed sums]); r's range is all rows."""
+    prev = e.ix.set_range("r", 0, red - 1)
+    try:
+        with e.b.block(f"for (int64_t r = c * {red} / {runs}; r < (c + 1) * {red} / {runs}; r++)"):
+            yield
+    finally:
+        e.ix.restore("r", prev)
+
+
+# Note [Fixed sums]
+# A sum of a whole tensor (a loss) is split into FULL_SUM_RUNS fixed runs of its elements, each
+# summed by one thread, and the partials are added in run order: its bits do not depend on how
+# many threads ran it. An `omp parallel for reduction` split the elements by team size, and a
+# step's program runs on the host's team of two or on the queue's one-thread worker, whichever
+# gets there first (Note [Who runs a program] in runtime/queue.py): the same step's loss then
+# differed in its last bits from run to run.
+FULL_SUM_RUNS = 8
+
+
+def _full_sum(e: Emitter, n: Node, red: int) -> None:
+    x, b, runs, fold = n.src[0], e.b, FULL_SUM_RUNS, Fold(n)
+    acc_t = cexpr.acc_type(n.op, n.dtype)
+    b.line(f"{acc_t} part[{runs}];")
+    _omp(b, red)
+    with e.loop("c", runs):
+        b.line(fold.decl())
+        b.line(fold.pragma())
+        with _run_rows(e, red, runs):
+            v = e.load(x, _reduce_positions(e, n, x, n.arg, "0", "r"))
+            b.line(fold.step(v))
+        b.line("part[c] = acc;")
+    b.line(f"{acc_t} acc = " + " + ".join(f"part[{c}]" for c in range(runs)) + ";")
+    _store(e, n, "0", fold.result())
 
 
 WINDOW_MAX = 16     # an arg-reduction over a last axis this short is done for a row at once
