@@ -77,6 +77,23 @@ def _square_sum(n):
     return (x * x).sum().item()
 
 
+def test_the_disk_cache_stays_under_its_cap_least_recently_used_first_out(fresh_cache):
+    """Note [Eviction cost]: a process counts what it builds; past the cap the oldest go."""
+    _square_sum(3)
+    (first,) = _entries(lazydev.config.cache_dir)
+    cap = int(first["bytes"] * 2.5)
+    old = lazydev.config.cache_max_bytes
+    lazydev.config(cache_max_bytes=cap)
+    try:
+        for n in (4, 5, 6):                          # a new shape each: a build each
+            assert _square_sum(n) == sum(k * k for k in range(n))
+    finally:
+        lazydev.config(cache_max_bytes=old)
+    left = _entries(lazydev.config.cache_dir)
+    assert sum(e["bytes"] for e in left) <= cap and len(left) == 2
+    assert first["key"] not in {e["key"] for e in left}
+
+
 def test_truncated_entry_is_reported_and_rebuilt(tmp_path):
     # Corruption happens to files on disk, between processes: the test process never maps the
     # entry (truncating a shared object a process has loaded is a fault for that process).

@@ -136,7 +136,7 @@ def load_or_build(source: list, load, summary: dict | None = None):
     part = f"{path}.{os.getpid()}.part"     # per process: two builders never share a file
     build.build(source, part)
     _record_and_publish(path, part, summary or {})
-    evict()
+    _evict_after_build(os.path.getsize(path))
     return _open(path, load), True
 
 
@@ -149,42 +149,68 @@ def _record_and_publish(path: str, part: str, summary: dict) -> None:
     os.replace(part, path)
 
 
+def _files():
+    """(path, bytes, last use) of every entry's .so, from directory entries and stat alone."""
+    root = config.cache_dir
+    if not os.path.isdir(root):
+        return
+    for sub in sorted(os.scandir(root), key=lambda d: d.name):
+        if len(sub.name) != 2 or not sub.is_dir():
+            continue
+        for f in os.scandir(sub.path):
+            if f.name.endswith(".so"):
+                try:
+                    st = f.stat()
+                except OSError:          # evicted by another process meanwhile
+                    continue
+                yield f.path, st.st_size, st.st_mtime
+
+
 def entries() -> list[dict]:
     """Every entry on disk: key, path, size, last use, and its recorded summary."""
     out = []
-    root = config.cache_dir
-    if not os.path.isdir(root):
-        return out
-    for sub in sorted(os.listdir(root)):
-        d = os.path.join(root, sub)
-        if len(sub) != 2 or not os.path.isdir(d):
-            continue
-        for name in os.listdir(d):
-            if not name.endswith(".so"):
-                continue
-            path = os.path.join(d, name)
-            try:
-                with open(path[:-3] + ".json") as f:
-                    meta = json.load(f)
-            except (OSError, ValueError):
-                meta = {}
-            st = os.stat(path)
-            out.append(dict(meta, key=name[:-3], path=path, bytes=st.st_size, used=st.st_mtime))
+    for path, size, used in _files():
+        try:
+            with open(path[:-3] + ".json") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            meta = {}
+        key = os.path.basename(path)[:-3]
+        out.append(dict(meta, key=key, path=path, bytes=size, used=used))
     return out
+
+
+# Note [Eviction cost]
+# Every build checks the cache's size against its cap. Reading every entry's summary for that
+# took 0.52 s per compile with a user's cache of 9780 entries (a stat-only scan, 57 ms), so a
+# process scans once, at its first build, and then adds what it builds to that total, scanning
+# again only once the total passes the cap. Other processes' builds are not counted until then:
+# the cap is approximate, never a reason to build more slowly.
+_scanned = {"dir": None, "bytes": 0}
+
+
+def _evict_after_build(size: int) -> None:
+    if _scanned["dir"] != config.cache_dir:
+        _scanned.update(dir=config.cache_dir, bytes=sum(f[1] for f in _files()))
+    else:
+        _scanned["bytes"] += size
+    if _scanned["bytes"] > config.cache_max_bytes:
+        evict()
+        _scanned["bytes"] = sum(f[1] for f in _files())
 
 
 def evict(cap: int | None = None) -> int:
     """Remove least-recently-used entries until the cache is under `cap` bytes."""
     cap = config.cache_max_bytes if cap is None else cap
-    items = sorted(entries(), key=lambda e: e["used"])
-    total = sum(e["bytes"] for e in items)
+    items = sorted(_files(), key=lambda f: f[2])
+    total = sum(f[1] for f in items)
     removed = 0
     while items and total > cap:
-        e = items.pop(0)
-        for p in (e["path"], e["path"][:-3] + ".json"):
+        path, size, _ = items.pop(0)
+        for p in (path, path[:-3] + ".json"):
             if os.path.exists(p):
                 os.unlink(p)
-        total -= e["bytes"]
+        total -= size
         removed += 1
     return removed
 
