@@ -12,6 +12,7 @@ import lazydev
 from conftest import assert_same
 from lazydev.compile import build, last_compiled
 from lazydev.compile.affine import IndexAlgebra
+from lazydev.compile.kernels import STAGE_TILE
 
 
 def _algebra():
@@ -195,13 +196,13 @@ def test_a_loop_of_three_math_calls_runs_in_staged_tiles(shape, dtype):
     b = torch.randn(shape[-1], generator=g).to(dtype)
     assert_same(_three_calls(x.to("wse"), b.to("wse")), _three_calls(x, b))
     code = "\n".join(last_compiled["units"])
-    assert "s2[512]" in code and "s3[" not in code
+    assert f"s2[{STAGE_TILE}]" in code and "s3[" not in code
 
 
 def test_a_loop_of_two_math_calls_is_one_loop():
     x = torch.randn(4096)
     assert_same(torch.tanh(torch.sin(x.to("wse"))), torch.tanh(torch.sin(x)))
-    assert "s0[512]" not in "\n".join(last_compiled["units"])
+    assert f"s0[{STAGE_TILE}]" not in "\n".join(last_compiled["units"])
 
 
 def test_exp_matches_cpu_at_its_edges_over_its_range_and_under_a_causal_mask():
