@@ -27,28 +27,7 @@ FUNCS = [("wse_expf", "wse_expf(x)", "exp"), ("libmvec expf", "exp(x)", "exp"),
          ("libmvec sinf", "sin(x)", "sin"), ("libmvec cosf", "cos(x)", "cos"),
          ("libmvec tanhf", "tanh(x)", "tanh"), ("libmvec logf", "log(x)", "log"),
          ("wse_tanhf (libmvec's with AVX-512)", "wse_tanhf(x)", "tanh"),
-         ("candidate sinf, |x| < 2^17 only", "cand_sinf(x)", "sin")]
-
-# A straight-line candidate measured for Note [Own float math] and not adopted: no faster than
-# libmvec's. cand_sinf lacks the exact path for |x| >= 2^17 (and NaN, inf), which a per-vector
-# escape call to a hand-written AVX-512 function added for 0.05 ns per float.
-CANDIDATES = r"""
-static inline __attribute__((always_inline)) float cand_sinf(float x) {
-  const float a = fabsf(x);                          /* a = n pi + r, |r| <= pi/2 */
-  const float k = fmaf(a, 0.318309873f, WSE_ROUND_MAGIC), n = k - WSE_ROUND_MAGIC;
-  float r = fmaf(n, -3.141592502593994f, a);
-  r = fmaf(n, -1.5099578831723193e-07f, r);
-  r = fmaf(n, -1.0780605906948477e-14f, r);
-  const float r2 = r * r;
-  float s = fmaf(r2, 2.605630925e-06f, -1.980953821e-04f);
-  s = fmaf(s, r2, 8.333065547e-03f);
-  s = fmaf(s, r2, -1.666665971e-01f);
-  s = fmaf(s, r * r2, r);
-  const uint32_t sb = wse_f32_bits(s), mag = sb & 0x7FFFFFFFu;
-  const uint32_t m1 = mag < 0x3F800000u ? mag : 0x3F800000u;      /* |sin| <= 1 */
-  return wse_bits_f32(m1 | ((sb ^ (wse_f32_bits(k) << 31) ^ wse_f32_bits(x)) & 0x80000000u));
-}
-"""
+         ("wse_sinf_small (|x| < 2^17 only)", "wse_sinf_small(x)", "sin")]
 
 CDEF = """
 double bench(int fn, float lo, float hi, int reps);
@@ -128,7 +107,7 @@ def compile_functions(directory: str):
     src, so = os.path.join(directory, "mathf.c"), os.path.join(directory, "mathf.so")
     with open(src, "w") as f:
         f.write("#include <tgmath.h>\n#define WSE_BENCH_ALIGNED __attribute__((aligned(64)))\n"
-                + rt.prefix_source() + CANDIDATES + SOURCE % dict(loops=loops, refs=refs))
+                + rt.prefix_source() + SOURCE % dict(loops=loops, refs=refs))
     subprocess.run([build.CC, *build.FLAGS, src, "-o", so, "-lm"], check=True)
     ffi = FFI()
     ffi.cdef(CDEF)

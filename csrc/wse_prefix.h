@@ -231,6 +231,11 @@ static inline float wse_floordivf(float a, float b) {
    * erff: libmvec's takes 0.59-0.67 ns, 4.0 ulp; wse_erff 0.35 ns, 1.37 ulp.
    * tanhf: on AVX2-only CPUs, wse_tanhf (below, a rational: faster, 5.4 ulp); with
      AVX-512, libmvec's.
+   * sinf: wse_sinf_small below, a Cody-Waite reduction by pi and one odd polynomial, 0.20 ns
+     (AVX-512) or 0.365 (AVX2; libmvec's 0.418), holds for |x| < 2^17 only: beyond that (and
+     for NaN, inf) an exact path is needed. A per-vector escape call made it as slow as
+     libmvec's (0.25 ns against 0.25-0.27 on AVX-512), so generated code checks a tile of
+     arguments first and calls it on tiles where it holds (Note [Tile sin] in kernels.py).
    (Those figures are from an AVX-512 Intel machine. On an AVX2 AMD EPYC: wse_expf 0.42 ns,
    libmvec's 0.36; wse_erff 0.59, libmvec's 0.62; libmvec's sinf 0.41.)
    Each is straight-line code: special cases are selects, never branches, so gcc vectorises a
@@ -238,10 +243,7 @@ static inline float wse_floordivf(float a, float b) {
    called several times in a loop, and the loop was then not vectorised at all (5-10x slower).
    -ffp-contract=off is safe: every fused multiply-add here is an explicit fmaf.
    Not replaced, since straight-line C did not beat libmvec, whose AVX-512 code uses vscalefps
-   and in-register table lookups that plain C cannot reach. sinf: a Cody-Waite reduction by pi
-   and one odd polynomial take 0.20 ns for |x| < 2^17, but beyond that (and for NaN, inf) an
-   exact path is needed, and the cheapest found, a call per vector to a hand-written AVX-512
-   escape, made it 0.25 ns, libmvec's 0.25-0.27 (1.9 ulp). logf, not written: libmvec's takes
+   and in-register table lookups that plain C cannot reach. logf, not written: libmvec's takes
    0.2 ns (3.9 ulp; 3.8 ns when a lane is <= 0, a scalar path), and a straight-line one would
    need about 27 vector operations by count (about 0.27 ns at the two per cycle measured
    here). */
@@ -315,6 +317,28 @@ WSE_MATHF float wse_erff(float x) {
   const float large = a >= 3.9193f ? 1.0f : q;
   const float y = a < 1.0f ? small : large;
   return wse_bits_f32(wse_f32_bits(y) | (wse_f32_bits(x) & 0x80000000u));
+}
+
+/* sinf for |x| < 2^17 only, 1.84 ulp at worst there: a = n pi + r, |r| <= pi/2, by a
+   three-part Cody-Waite reduction (exact for these n), then an odd polynomial in r. Past
+   2^17 (and for inf, NaN) the reduction needs more bits of pi than three floats hold, so
+   generated code calls it only on tiles it has checked (Note [Tile sin] in
+   compile/kernels.py). */
+WSE_MATHF float wse_sinf_small(float x) {
+  const float a = fabsf(x);
+  const float k = fmaf(a, 0.318309873f, WSE_ROUND_MAGIC), n = k - WSE_ROUND_MAGIC;
+  float r = fmaf(n, -3.141592502593994f, a);
+  r = fmaf(n, -1.5099578831723193e-07f, r);
+  r = fmaf(n, -1.0780605906948477e-14f, r);
+  const float r2 = r * r;
+  float s = fmaf(r2, 2.605630925e-06f, -1.980953821e-04f);
+  s = fmaf(s, r2, 8.333065547e-03f);
+  s = fmaf(s, r2, -1.666665971e-01f);
+  s = fmaf(s, r * r2, r);
+  const uint32_t sb = wse_f32_bits(s), mag = sb & 0x7FFFFFFFu;
+  const uint32_t m1 = mag < 0x3F800000u ? mag : 0x3F800000u;      /* |sin| <= 1 */
+  /* sin(n pi + r) = (-1)^n sin r (n's parity is k's lowest bit), and sin is odd */
+  return wse_bits_f32(m1 | ((sb ^ (wse_f32_bits(k) << 31) ^ wse_f32_bits(x)) & 0x80000000u));
 }
 
 /* tanhf for generated loops. Which one is faster depends on the vector ISA

@@ -199,6 +199,25 @@ def test_a_loop_of_three_math_calls_runs_in_staged_tiles(shape, dtype):
     assert f"s2[{STAGE_TILE}]" in code and "s3[" not in code
 
 
+def test_a_staged_sin_takes_the_fast_path_only_on_tiles_of_small_arguments():
+    """Note [Tile sin]: tiles whose arguments are all small finite numbers run wse_sinf_small,
+    a tile with one huge, inf or NaN argument libmvec's sin, and both match the CPU."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(64 * STAGE_TILE, generator=g) * 4
+    x[3 * STAGE_TILE + 5] = 1e9                           # past 2^17: its tile is exact
+    x[7 * STAGE_TILE] = float("inf")
+    x[9 * STAGE_TILE + 1] = float("nan")
+    x[11 * STAGE_TILE:12 * STAGE_TILE] *= 1e8             # a whole tile of huge arguments
+    b = torch.zeros(1)
+    got = _three_calls(x.to("wse"), b.to("wse")).cpu()
+    want = _three_calls(x, b)
+    assert_same(got, want)
+    assert torch.equal(got.isnan(), want.isnan())
+    code = "\n".join(last_compiled["units"])
+    kernels = code[code.index("/* Node("):]
+    assert "wse_sinf_small(s0[i])" in kernels and "sin(s0[i])" in kernels
+
+
 def test_a_loop_of_two_math_calls_is_one_loop():
     x = torch.randn(4096)
     assert_same(torch.tanh(torch.sin(x.to("wse"))), torch.tanh(torch.sin(x)))

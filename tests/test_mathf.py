@@ -14,9 +14,11 @@ from conftest import assert_same
 from lazydev.compile import build, last_compiled
 from lazydev.runtime import Buffer, Program
 
-# name in the prefix -> (torch function, max ulp error allowed; measured over all 2^32 floats)
-FUNCS = {"wse_expf": (torch.exp, 1.0), "wse_erff": (torch.erf, 1.5),
-         "wse_tanhf": (torch.tanh, 5.5)}
+# name in the prefix -> (torch function, max ulp error allowed, measured over all 2^32 floats
+# below the bound on |x| where it is defined)
+FUNCS = {"wse_expf": (torch.exp, 1.0, None), "wse_erff": (torch.erf, 1.5, None),
+         "wse_tanhf": (torch.tanh, 5.5, None),
+         "wse_sinf_small": (torch.sin, 1.9, 2.0**17)}     # Note [Tile sin] in compile/kernels.py
 
 PROGRAM = r"""
 /* s[0] picks the function, s[1] = n; bufs[0] = x, bufs[1] = f(x). */
@@ -61,9 +63,10 @@ def mathf(tmp_path_factory):
     return call
 
 
-def _floats():
+def _floats(bound=None):
     """Every 1024th float in [-10, 10], 400K random bit patterns (huge values, subnormals,
-    NaNs of every payload) and the edges of the functions' ranges."""
+    NaNs of every payload) and the edges of the functions' ranges; with `bound`, those of
+    smaller magnitude only, and every 1024th float up to it."""
     ten = torch.tensor(10.0).view(torch.int32).item()
     dense = torch.arange(0, ten, 1024, dtype=torch.int32).view(torch.float32)
     g = torch.Generator().manual_seed(0)
@@ -73,6 +76,11 @@ def _floats():
                           3.9192, 3.9194, 4.0, 0.6249999, 0.625, 9.0, 9.1, 9.1000004, 87.3,
                           88.72, 88.73, 89.0, 89.1, 103.9, 104.0, 104.1, 150.0, 1e10, 3.4e38])
     x = torch.cat([dense, bits.to(torch.int32).view(torch.float32), edges])
+    if bound is not None:
+        top = torch.tensor(bound).view(torch.int32).item()
+        wide = torch.arange(0, top, 1024, dtype=torch.int32).view(torch.float32)
+        edge = torch.tensor([bound]).nextafter(torch.tensor(0.0))     # the largest below it
+        x = torch.cat([x[x.abs() < bound], wide, edge])
     return torch.cat([x, -x])
 
 
@@ -85,8 +93,8 @@ def _ulp_error(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", FUNCS)
 def test_accuracy_against_float64(mathf, name):
-    fn, max_ulp = FUNCS[name]
-    x = _floats()
+    fn, max_ulp, bound = FUNCS[name]
+    x = _floats(bound)
     got, want = mathf(name, x), fn(x.double())
     nan, inf = want.isnan(), want.float().isinf()
     assert got[nan].isnan().all() and not got[~nan].isnan().any()
@@ -100,8 +108,8 @@ def test_accuracy_against_float64(mathf, name):
 
 @pytest.mark.parametrize("name", FUNCS)
 def test_matches_torch_cpu_float32(mathf, name):
-    fn, _ = FUNCS[name]
-    x = _floats()
+    fn, _, bound = FUNCS[name]
+    x = _floats(bound)
     assert_same(mathf(name, x), fn(x))
 
 
