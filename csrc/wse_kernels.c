@@ -731,8 +731,21 @@ static void dc_weight_block(const conv_t* c, const dc_pad_t* p, const float* gy,
   }
 }
 
-static int direct_weight_ok(const conv_t* c) {
-  return direct_ok(c, c->O) && c->KH * c->KW <= DC_TAPS;
+/* 1 when no element of x[0, n) is inf or NaN. */
+static int all_finite(const float* x, int64_t n) {
+  int bad = 0;
+  _Pragma("omp simd reduction(|:bad)")
+  for (int64_t i = 0; i < n; i++) bad |= !(x[i] - x[i] == 0.0f);
+  return !bad;
+}
+
+/* The direct backward weight also multiplies the zero gradient of a tile's lanes past OW by
+   the inputs those lanes would read: an inf input there made a NaN weight gradient where
+   torch's is finite (0 * inf). Inputs with an inf or NaN take the im2col path, which reads
+   only what the convolution uses; the check is one vectorised pass over x. */
+static int direct_weight_ok(const conv_t* c, const float* x) {
+  return direct_ok(c, c->O) && c->KH * c->KW <= DC_TAPS &&
+         all_finite(x, c->N * c->C * c->H * c->W);
 }
 
 /* gw = the sum over images of gy correlated with x: per block of images, lane sums of every
@@ -844,7 +857,7 @@ static int conv2d_bwd_weight_f32(const float* gy, const float* x, float* gw, con
     dw_bwd_weight(&c, gy, x, gw, &failed);
   else if (c.N <= 0)
     memset(gw, 0, (size_t)(c.O * c.K) * sizeof(float));
-  else if (direct_weight_ok(&c))
+  else if (direct_weight_ok(&c, x))
     direct_bwd_weight(&c, gy, x, gw, &failed);
   else
     im2col_bwd_weight(&c, gy, x, gw, &failed);

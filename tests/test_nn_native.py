@@ -104,6 +104,24 @@ def test_conv_transpose_groups_dilation():
              leaf(2, 4, 5, 4), leaf(4, 3, 3, 2), leaf(6))
 
 
+def test_conv_weight_gradient_with_an_inf_input_matches_the_cpu():
+    """The direct backward weight (csrc/wse_kernels.c) multiplies the zero gradient of lanes
+    past the row's end by inputs; an inf input there gave NaN where torch's gradient is
+    finite. An inf in the last column is read only by taps that reach it."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 3, 10, 10, generator=g)
+    x[0, 1, 4, 9] = float("inf")
+    w = torch.randn(8, 3, 3, 3, generator=g)
+
+    def weight_grad(device):
+        wd = w.clone().to(device).requires_grad_()
+        F.conv2d(x.to(device), wd, padding=1).sum().backward()
+        return wd.grad.cpu()
+    got, want = weight_grad("wse"), weight_grad("cpu")
+    assert want.isinf().any() and not want.isnan().any()
+    assert_same(got, want)
+
+
 def test_grid_sampler_3d_matches_the_kernel_summation():
     grid = (torch.rand(2, 3, 4, 5, 3) * 2.4 - 1.2).requires_grad_()
     for padding in ("zeros", "border", "reflection"):
