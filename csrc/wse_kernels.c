@@ -814,7 +814,8 @@ static int conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, cons
 
 /* Images are summed into gw: the images are split into image_threads() fixed blocks, each
    summed into its own copy, and the copies added in block order, so the result does not
-   depend on how many threads ran the blocks (Note [Fixed tiles]). */
+   depend on how many threads ran the blocks (Note [Fixed tiles]). image_threads() is at most
+   N, so every block has an image and writes its whole copy. */
 static void im2col_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw,
                               int64_t* failed) {
   int64_t wsize = c->O * c->K;
@@ -831,7 +832,6 @@ static void im2col_bwd_weight(const conv_t* c, const float* gy, const float* x, 
       float* acc = part + b * wsize;
       const int64_t n0 = c->N * b / nt, n1 = c->N * (b + 1) / nt;
       if (!col) continue;
-      if (n0 == n1) memset(acc, 0, (size_t)wsize * sizeof(float));
       for (int64_t n = n0; n < n1; n++)
         bwd_weight_image(c, gy + n * c->O * c->L, x + n * c->C * c->H * c->W, acc, col,
                          n > n0 ? 1.0f : 0.0f);

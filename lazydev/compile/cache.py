@@ -190,18 +190,16 @@ _scanned = {"dir": None, "bytes": 0}
 
 
 def _evict_after_build(size: int) -> None:
-    if _scanned["dir"] != config.cache_dir:
-        _scanned.update(dir=config.cache_dir, bytes=sum(f[1] for f in _files()))
-    else:
+    cap = config.cache_max_bytes
+    if _scanned["dir"] == config.cache_dir and _scanned["bytes"] + size <= cap:
         _scanned["bytes"] += size
-    if _scanned["bytes"] > config.cache_max_bytes:
-        evict()
-        _scanned["bytes"] = sum(f[1] for f in _files())
+        return
+    _scanned.update(dir=config.cache_dir, bytes=_evict(cap)[1])
 
 
-def evict(cap: int | None = None) -> int:
-    """Remove least-recently-used entries until the cache is under `cap` bytes."""
-    cap = config.cache_max_bytes if cap is None else cap
+def _evict(cap: int) -> tuple[int, int]:
+    """(entries removed, bytes left): least-recently-used entries go until the cache is under
+    `cap` bytes. One scan of the cache."""
     items = sorted(_files(), key=lambda f: f[2])
     total = sum(f[1] for f in items)
     removed = 0
@@ -212,7 +210,12 @@ def evict(cap: int | None = None) -> int:
                 os.unlink(p)
         total -= size
         removed += 1
-    return removed
+    return removed, total
+
+
+def evict(cap: int | None = None) -> int:
+    """Remove least-recently-used entries until the cache is under `cap` bytes."""
+    return _evict(config.cache_max_bytes if cap is None else cap)[0]
 
 
 def clear() -> int:

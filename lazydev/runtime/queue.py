@@ -162,7 +162,7 @@ class ExecQueue:
     def _claim(self, host: bool):
         """Take the oldest job if nothing runs (caller holds the lock): jobs run one at a time,
         in order. The worker leaves a job HOST_GRACE seconds to a host that may wait for it,
-        and a job paused for the host ORPHAN_GRACE (Note [Who runs a program]); returns (job,
+        and a job paused for the host ORPHAN_GRACE (Note [Who runs a program]); returns [job,
         ticket, paused] as a list, or the seconds to wait before asking again (None: until
         notified)."""
         if self._running or not self._pending:
