@@ -7,6 +7,8 @@ dispatch round trip per element, and the element op replays its plan (tensor/rep
 """
 from __future__ import annotations
 
+from itertools import repeat
+
 import torch
 import torch.optim.optimizer as _optimizer
 
@@ -206,10 +208,13 @@ def _replay(plan: ListPlan, sources):
     tr = state.current()
     tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
     targets, out = plan.targets, []
+    n = len(plan.elements)
+    # Each element's value list, made by zip in C: one list comprehension less per element.
+    rows = zip(*[a if is_list else repeat(a, n) for is_list, a in sources])
     try:
-        for i, (p, tensors, floats) in enumerate(plan.elements):
-            vals = [a[i] if is_list else a for is_list, a in sources]
-            res = p.run([value(vals[j]) for j in tensors], [vals[j] for j in floats])
+        for (p, tensors, floats), vals in zip(plan.elements, rows):
+            res = p.run([value(vals[j]) for j in tensors],
+                        [vals[j] for j in floats] if floats else floats)
             if targets is None:
                 out.append(from_node(res) if type(res) is not tuple else
                            tuple([None if r is None else from_node(r) for r in res]))

@@ -48,12 +48,18 @@ class Plan:
     """An op's lowering for one signature: its Macro (trace/macro.py) and, per SCALAR recipe in
     order, where the scalar comes from: ("arg", j) for the j-th float argument, ("const", v)."""
 
-    __slots__ = ("macro", "_scalars", "_as_calls")
+    __slots__ = ("macro", "_scalars", "_as_calls", "_one")
 
     def __init__(self, consts, recipes, out, n_inputs: int):
         self.macro = Macro(consts, recipes, out, n_inputs)
         self._scalars = [(r[4], r[1]) for r in recipes if r[3] is None]
         self._as_calls = self.macro.n_nodes >= MACRO_MIN     # Note [Macro nodes]
+        # One node on the inputs and runtime scalars (add, mm, x * 0.5: most ops), made
+        # directly by `run`: its sources index `inputs + scalar nodes`, the value list.
+        n = len(recipes)
+        single = (n and not consts and out == n_inputs + n - 1 and recipes[-1][3]
+                  and all(r[3] is None for r in recipes[:-1]))
+        self._one = self.macro.steps[-1] if single else None
 
     def _scalar_nodes(self, floats: list):
         if not self._scalars:
@@ -69,6 +75,11 @@ class Plan:
 
     def run(self, inputs: list, floats: list):
         """The plan's output node(s) on `inputs` (value nodes of the call's wse tensors)."""
+        if self._one is not None:
+            op, dtype, shape, get, one, arg, local = self._one
+            if self._scalars:
+                inputs = inputs + self._scalar_nodes(floats)
+            return Node.make(op, dtype, shape, (get(inputs),) if one else get(inputs), arg, local)
         scalars = self._scalar_nodes(floats)
         if self._as_calls:
             return self.macro.call(inputs, scalars)
@@ -311,11 +322,20 @@ def element_plan(func, fn, positions, args, kwargs):
 
 
 def run_lowered(func, args, kwargs):
-    """A functional op through its plan: its new wse tensor(s), or None (general path)."""
-    out = _replay(func, args, kwargs,
-                  lambda ts: build(func, LOWERINGS[func], args, kwargs, len(ts)))
-    if out is None:
+    """A functional op through its plan: its new wse tensor(s), or None (general path).
+    The most frequent call here, so `_replay` is written out (a third of a microsecond)."""
+    tensors, floats = [], []
+    try:
+        key = signature(func, args, kwargs, tensors, floats)
+        plan = _PLANS[key]
+    except KeyError:
+        plan = _new_plan(key, func, lambda ts: build(func, LOWERINGS[func], args, kwargs,
+                                                      len(ts)), tensors)
+    except (_NotReplayable, TypeError):     # TypeError: an unhashable argument
         return None
+    if plan is None:
+        return None
+    out = plan.run([value(t) for t in tensors], floats)
     if type(out) is tuple:
         return tuple([None if o is None else from_node(o) for o in out])
     return from_node(out)
@@ -371,10 +391,17 @@ def _ref_shape(plan, ref, tensors):
 def run_view(func, args, kwargs, base):
     """A view op: new wse tensors over `base`'s storage from the cached output metadata, or None
     (general path). The plan here is just the output specs."""
-    found = _lookup(func, args, kwargs, lambda _: _view_specs(func, args, kwargs, base))
-    if found is None:
+    tensors, floats = [], []
+    try:
+        key = signature(func, args, kwargs, tensors, floats)
+        specs = _PLANS[key]
+    except KeyError:
+        specs = _new_plan(key, func, lambda _: _view_specs(func, args, kwargs, base), tensors)
+    except (_NotReplayable, TypeError):
         return None
-    specs, st = found[0], base._st
+    if specs is None:
+        return None
+    st = base._st
     if type(specs) is list:         # several views (split, unbind, ...)
         return tuple([WseTensor._view(st, *s) for s in specs])
     return WseTensor._view(st, *specs)

@@ -10,12 +10,13 @@ import warnings
 
 import torch
 
-from ..trace import build, sync
+from ..trace import build, state, sync
 from ..trace.ir import Node, Op
-from ..trace.state import Storage, current
+from ..trace.state import Storage
 
 WSE = torch.device("wse", 0)
 _STRIDES: dict = {}         # shape -> row-major strides
+_AS_STRIDED, _SCATTER_STRIDED = Op.AS_STRIDED, Op.SCATTER_STRIDED    # see trace/state.py _DATA
 
 
 def _dispatch(func, args, kwargs):
@@ -201,7 +202,7 @@ def value(t: WseTensor) -> Node:
     """The IR node for the current value of tensor `t` (derived from its storage)."""
     st = t._st
     cache = t._lz_cache
-    tid = current().id
+    tid = state._current.id
     if cache is not None and cache[0] == st.version and cache[1] == tid:
         return cache[2]
     if t._lz_meta[3] != st.numel:
@@ -213,7 +214,7 @@ def value(t: WseTensor) -> Node:
         node = st.value(size)
     else:
         base = st.value((numel,))
-        node = Node(Op.AS_STRIDED, st.dtype, size, (base,), (stride, offset))
+        node = Node(_AS_STRIDED, st.dtype, size, (base,), (stride, offset))
     t._lz_cache = (st.version, tid, node)
     return node
 
@@ -226,12 +227,16 @@ def write(t: WseTensor, node: Node) -> None:
     size, stride, offset, numel, dtype = t._lz_meta
     if dtype is not st.dtype:
         raise ComplexValue(t.dtype)
-    node = build.expand(build.cast(node, dtype), size)
+    if node.dtype is not dtype:
+        node = build.cast(node, dtype)
+    if node.shape != size:
+        node = build.expand(node, size)
     if t._lz_full:
         st.set_node(node)
+        t._lz_cache = (st.version, state._current.id, node)    # what value(t) would make
         return
     base = st.value((numel,))
-    st.set_node(Node(Op.SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
+    st.set_node(Node(_SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
 
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -255,10 +260,13 @@ def restride(t: WseTensor, size, stride, offset: int) -> None:
 
 def from_node(node: Node) -> WseTensor:
     """A new tensor (with its own storage) holding `node`."""
+    shape = node.shape
     numel = 1
-    for d in node.shape:
+    for d in shape:
         numel *= d
-    return WseTensor.fresh(Storage(numel, node.dtype, node=node), node.shape)
+    t = WseTensor.fresh(Storage.pending(numel, node), shape)
+    t._lz_cache = (1, state._current.id, node)      # what value(t) would make
+    return t
 
 
 def from_cpu(cpu: torch.Tensor) -> WseTensor:

@@ -23,6 +23,10 @@ import torch
 from .ir import Node, Op, local_key
 
 _serials = itertools.count()
+_new_object = object.__new__
+# Enum members cost a tenth of a microsecond per `Op.X` on Python 3.11: the recording path's
+# own ops are read once, here.
+_DATA, _RESHAPE, _SCALAR = Op.DATA, Op.RESHAPE, Op.SCALAR
 
 
 class Trace:
@@ -122,6 +126,25 @@ class Storage:
         if node is not None:
             self.set_node(node)
 
+    @classmethod
+    def pending(cls, numel: int, node: Node) -> "Storage":
+        """A new storage holding `node` (of `numel` elements): Storage(numel, node.dtype,
+        node=node) without the general constructor's branches, for every recorded op's result."""
+        self = _new_object(cls)
+        self.numel = numel
+        self.dtype = node.dtype
+        self.buf = self.error = self.origin = self._data_nodes = None
+        self.node = node
+        self.serial = serial = next(_serials)
+        self.version = 1
+        self._slot_trace = self._slot = -1
+        tr = _current
+        tr.live[serial] = self._wref = weakref.ref(self)
+        tr.writes += 1
+        if tr.writes >= tr.guard_at:
+            runaway_guard(tr)
+        return self
+
     def set_node(self, node: Node) -> None:
         """Give the storage a new pending value (a write)."""
         self.node = node
@@ -178,18 +201,18 @@ class Storage:
             self._data_nodes = {}
         node = self._data_nodes.get(shape)
         if node is None:
-            node = self._data_nodes[shape] = Node(Op.DATA, self.dtype, shape, (), self._slot)
+            node = self._data_nodes[shape] = Node(_DATA, self.dtype, shape, (), self._slot)
         return node
 
 
 def reshape(node: Node, shape: tuple) -> Node:
     if node.shape == shape:
         return node
-    if node.op is Op.RESHAPE:           # reshape of reshape: keep one
+    if node.op is _RESHAPE:             # reshape of reshape: keep one
         node = node.src[0]
         if node.shape == shape:
             return node
-    return Node(Op.RESHAPE, node.dtype, shape, (node,))
+    return Node(_RESHAPE, node.dtype, shape, (node,))
 
 
 def scalar(value: float, dtype=torch.float64) -> Node:
@@ -204,10 +227,10 @@ def scalar(value: float, dtype=torch.float64) -> Node:
     # replayed ops make tens of these a step (BatchNorm six a call).
     local = _SCALAR_KEYS.get((dtype, slot))
     if local is None:
-        local = local_key(Op.SCALAR, dtype, (), slot)
+        local = local_key(_SCALAR, dtype, (), slot)
         if slot < _SCALAR_KEYS_MAX:
             _SCALAR_KEYS[(dtype, slot)] = local
-    return Node.make(Op.SCALAR, dtype, (), (), slot, local)
+    return Node.make(_SCALAR, dtype, (), (), slot, local)
 
 
 _SCALAR_KEYS: dict = {}         # (dtype, slot) -> local key of its SCALAR node
