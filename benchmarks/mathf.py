@@ -27,7 +27,8 @@ FUNCS = [("wse_expf", "wse_expf(x)", "exp"), ("libmvec expf", "exp(x)", "exp"),
          ("libmvec sinf", "sin(x)", "sin"), ("libmvec cosf", "cos(x)", "cos"),
          ("libmvec tanhf", "tanh(x)", "tanh"), ("libmvec logf", "log(x)", "log"),
          ("wse_tanhf (libmvec's with AVX-512)", "wse_tanhf(x)", "tanh"),
-         ("wse_sinf_small (|x| < 2^17 only)", "wse_sinf_small(x)", "sin")]
+         ("wse_sinf_small (|x| < 2^17 only)", "wse_sinf_small(x)", "sin"),
+         ("wse_expf_normal (|x| < 87 only)", "wse_expf_normal(x)", "exp")]
 
 CDEF = """
 double bench(int fn, float lo, float hi, int reps);

@@ -200,7 +200,7 @@ def test_a_loop_of_three_math_calls_runs_in_staged_tiles(shape, dtype):
 
 
 def test_a_staged_sin_takes_the_fast_path_only_on_tiles_of_small_arguments():
-    """Note [Tile sin]: tiles whose arguments are all small finite numbers run wse_sinf_small,
+    """Note [Tile-checked math]: tiles whose arguments are all small finite numbers run wse_sinf_small,
     a tile with one huge, inf or NaN argument libmvec's sin, and both match the CPU."""
     g = torch.Generator().manual_seed(4)
     x = torch.randn(64 * STAGE_TILE, generator=g) * 4
@@ -216,6 +216,25 @@ def test_a_staged_sin_takes_the_fast_path_only_on_tiles_of_small_arguments():
     code = "\n".join(last_compiled["units"])
     kernels = code[code.index("/* Node("):]
     assert "wse_sinf_small(s0[i])" in kernels and "sin(s0[i])" in kernels
+
+
+def test_a_staged_exp_takes_the_fast_form_only_on_tiles_in_its_range():
+    """Note [Tile-checked math]: exp reads log's tile in place; a tile with an argument past
+    87 (overflow), -inf, NaN or one giving a subnormal result runs wse_expf."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(64 * STAGE_TILE, generator=g) * 4 + 0.01
+    x[3 * STAGE_TILE + 5] = 3e38                           # log 89.2: exp overflows
+    x[5 * STAGE_TILE + 2] = 2e38                           # log 88.8: exp is finite, past 87
+    x[7 * STAGE_TILE] = 0.0                                # log -inf
+    x[9 * STAGE_TILE + 1] = -1.0                           # log NaN
+    x[11 * STAGE_TILE:12 * STAGE_TILE] = 1e-44             # subnormal results
+    got = torch.tanh(torch.exp(torch.log(x.to("wse")))).cpu()
+    want = torch.tanh(torch.exp(torch.log(x)))
+    assert_same(got, want)
+    assert torch.equal(got.isnan(), want.isnan())
+    code = "\n".join(last_compiled["units"])
+    kernels = code[code.index("/* Node("):]
+    assert "s1[i] = wse_expf_normal(s0[i]);" in kernels and "s1[i] = wse_expf(s0[i]);" in kernels
 
 
 def test_a_loop_of_two_math_calls_is_one_loop():

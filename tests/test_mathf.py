@@ -18,7 +18,8 @@ from lazydev.runtime import Buffer, Program
 # below the bound on |x| where it is defined)
 FUNCS = {"wse_expf": (torch.exp, 1.0, None), "wse_erff": (torch.erf, 1.5, None),
          "wse_tanhf": (torch.tanh, 5.5, None),
-         "wse_sinf_small": (torch.sin, 1.9, 2.0**17)}     # Note [Tile sin] in compile/kernels.py
+         "wse_sinf_small": (torch.sin, 1.9, 2.0**17),    # Note [Tile-checked math] in
+         "wse_expf_normal": (torch.exp, 1.0, 87.0)}      # compile/kernels.py
 
 PROGRAM = r"""
 /* s[0] picks the function, s[1] = n; bufs[0] = x, bufs[1] = f(x). */
@@ -111,6 +112,12 @@ def test_matches_torch_cpu_float32(mathf, name):
     fn, _, bound = FUNCS[name]
     x = _floats(bound)
     assert_same(mathf(name, x), fn(x))
+
+
+def test_exp_of_normal_results_is_exp_bit_for_bit_in_its_range(mathf):
+    x = _floats(87.0)
+    got, want = mathf("wse_expf_normal", x), mathf("wse_expf", x)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
 
 
 def test_erf_and_gelu_run_our_erf_on_the_device():
