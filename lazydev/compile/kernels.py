@@ -232,7 +232,7 @@ def _tile_width(e: Emitter, var: str, extent: int):
 # and the tile takes the fast form only when none is. An argument that is itself a staged tile
 # is checked where it lies; any other is first written to the call's own tile. The 20-op
 # chain's program (four sins and four exps per element): 12.2-12.3 -> 11.9 ms with sin's fast
-# form, -> 10.9 ms with exp's as well.
+# form, -> 11.0 ms with exp's as well.
 _TILE_CHECKED = {Op.SIN: ("131072.0f", "sin", "wse_sinf_small"),
                  Op.EXP: ("87.0f", "wse_expf", "wse_expf_normal")}
 _STAGED = re.compile(r"s\d+\[i\]")

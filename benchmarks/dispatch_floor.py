@@ -1,0 +1,96 @@
+"""What an op costs to record on wse against what PyTorch charges any Python tensor subclass.
+
+For a few ops, in one process: the op on a wse tensor, and the same call on a bare wrapper
+subclass whose __torch_dispatch__ does nothing but return (a) a tensor made once, or (b) a new
+wrapper tensor (`_make_wrapper_subclass`, which every recorded result needs too). (b) is the
+floor no Python recording can go below; wse minus (b) is lazydev's own Python. The fastest of
+several rounds is kept (noise only adds time).
+
+    python benchmarks/dispatch_floor.py [--rounds 7] [--calls 2000]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import lazydev  # noqa: F401  (registers the wse device)
+
+WSE = torch.device("wse", 0)
+_wrap = torch.Tensor._make_wrapper_subclass
+
+
+def _bare(shape):
+    return _wrap(_Bare, shape, _strides(shape), 0, None, torch.float32, torch.strided, WSE)
+
+
+def _strides(shape):
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+class _Bare(torch.Tensor):
+    """A wrapper subclass that records nothing: `result` picks what dispatch returns."""
+    result = None
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return cls.result()
+
+
+def _ops(x, w):
+    return {"add": lambda: x + x, "mul by a float": lambda: x * 0.5,
+            "relu": lambda: torch.relu(x), "mm": lambda: torch.mm(x, w),
+            "t (a view)": lambda: x.t(), "view": lambda: x.view(256, 128),
+            "detach": lambda: x.detach()}
+
+
+def _best(fn, rounds: int, calls: int, after=None) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        for _ in range(20):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        if after is not None:
+            after()
+    return best
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--calls", type=int, default=2000)
+    a = p.parse_args(argv)
+    wse = _ops(torch.randn(128, 256).to("wse"), torch.randn(256, 256).to("wse"))
+    bare = _ops(_bare((128, 256)), _bare((256, 256)))
+    made = _bare((128, 256))
+    table = Table(title="µs per op (fastest round)")
+    for col in ("op", "bare: returns a made tensor", "bare: makes a wrapper", "wse",
+                "wse - bare (lazydev's Python)"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    for name in wse:
+        _Bare.result = staticmethod(lambda: made)
+        ready = _best(bare[name], a.rounds, a.calls) if name not in ("t (a view)", "view",
+                                                                      "detach") else None
+        _Bare.result = staticmethod(lambda: _bare((128, 256)))
+        fresh = _best(bare[name], a.rounds, a.calls)
+        rec = _best(wse[name], a.rounds, a.calls, after=lazydev.mark_step)
+        table.add_row(name, "-" if ready is None else f"{ready:.2f}", f"{fresh:.2f}",
+                      f"{rec:.2f}", f"{rec - fresh:.2f}")
+    Console().print(table)
+    Console().print("A view must return a new tensor (autograd refuses one it has seen), so "
+                    "its first column is empty.")
+
+
+if __name__ == "__main__":
+    main()
