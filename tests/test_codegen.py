@@ -200,8 +200,9 @@ def test_a_loop_of_three_math_calls_runs_in_staged_tiles(shape, dtype):
 
 
 def test_a_staged_sin_takes_the_fast_path_only_on_tiles_of_small_arguments():
-    """Note [Tile-checked math]: tiles whose arguments are all small finite numbers run wse_sinf_small,
-    a tile with one huge, inf or NaN argument libmvec's sin, and both match the CPU."""
+    """Note [Tile-checked math]: tiles whose arguments are all small finite numbers run
+    wse_sinf_small, a tile with one huge, inf or NaN argument libmvec's sin; both match the
+    CPU."""
     g = torch.Generator().manual_seed(4)
     x = torch.randn(64 * STAGE_TILE, generator=g) * 4
     x[3 * STAGE_TILE + 5] = 1e9                           # past 2^17: its tile is exact

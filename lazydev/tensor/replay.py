@@ -390,7 +390,8 @@ def _ref_shape(plan, ref, tensors):
 
 def run_view(func, args, kwargs, base):
     """A view op: new wse tensors over `base`'s storage from the cached output metadata, or None
-    (general path). The plan here is just the output specs."""
+    (general path). The plan here is just the output specs. Its lookup is written out as
+    run_lowered's is (views are over a quarter of a transformer step's ops)."""
     tensors, floats = [], []
     try:
         key = signature(func, args, kwargs, tensors, floats)
