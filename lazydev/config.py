@@ -12,6 +12,7 @@
 | trace_warn_ops   |                          | 200_000 ops without a sync warn once (a missing mark_step?) |
 | trace_max_ops    |                          | 2_000_000 ops without a sync cut the trace |
 | async_exec       | LAZYDEV_ASYNC            | True: mark_step returns once the program is queued |
+| max_queued_steps |                          | 2: past it, mark_step waits for the oldest queued program |
 | buckets          |                          | (8, 16, 32, 64, 128, 256): sizes for lazydev.pad_to_bucket |
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 
 _FIELDS = ("log", "cache_dir", "disk_cache", "cache_max_bytes", "strict_syncs", "recompile_warn",
            "recompile_limit", "trace_warn_ops", "trace_max_ops", "async_exec",
-           "buckets")
+           "max_queued_steps", "buckets")
 
 
 class Config:
@@ -36,6 +37,7 @@ class Config:
         self.trace_warn_ops = 200_000
         self.trace_max_ops = 2_000_000
         self.async_exec = os.environ.get("LAZYDEV_ASYNC", "1") != "0"
+        self.max_queued_steps = 2
         self.buckets = (8, 16, 32, 64, 128, 256)
 
     def logs(self, channel: str) -> bool:

@@ -1289,3 +1289,23 @@ def test_a_sort_short_of_scratch_raises_and_the_next_one_runs(scratch_limit):
     expected = torch.sort(x, dim=1)
     assert torch.equal(values.cpu(), expected.values)
     assert torch.equal(indices.cpu(), expected.indices)
+
+
+@pytest.mark.parametrize("keep", [2, 0])
+def test_a_loop_that_never_reads_leaves_at_most_max_queued_steps_unfinished(monkeypatch, keep):
+    """Note [Bounded queue]: past config.max_queued_steps unfinished programs, mark_step runs
+    the oldest itself, so a loop that never reads cannot trace ahead without bound. The worker
+    is kept from starting any job here, so without the bound every step would stay queued."""
+    from lazydev.runtime import queue as Q
+    lazydev.wait()
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)
+    monkeypatch.setattr(lazydev.config, "max_queued_steps", keep)
+    x0 = torch.randn(1 << 14, generator=torch.Generator().manual_seed(0))
+    x, want = x0.to("wse"), x0
+    unfinished = []
+    for _ in range(8):
+        x, want = torch.sin(x) * 0.5 + 1.0, torch.sin(want) * 0.5 + 1.0
+        lazydev.mark_step()
+        unfinished.append(sum(not t.done.is_set() for t in Q.EXEC._inflight))
+    assert max(unfinished) == keep and unfinished[-1] == keep
+    assert_same(x, want)

@@ -226,6 +226,13 @@ def wait(buf: Buffer | None = None) -> list:
     return failed
 
 
+def throttle(keep: int) -> list:
+    """Wait until at most `keep` queued runs are unfinished (Note [Bounded queue] in
+    trace/sync.py); returns failed/cancelled tickets, as `wait` does."""
+    ticket = EXEC.backlog(max(keep, 0))
+    return [] if ticket is None else EXEC.wait(ticket)
+
+
 def download(buf: Buffer, dtype, numel: int, start: int = 0):
     """Copy elements [start, start + numel) of a buffer to a new CPU tensor; the caller has
     waited for it (wait)."""

@@ -143,6 +143,12 @@ class ExecQueue:
                 counts[id(new)] = get(id(new), 0) + 1
         return counts
 
+    def backlog(self, keep: int):
+        """The ticket to wait for so that at most `keep` jobs stay unfinished (the newest
+        `keep` run on), or None if no more than that are."""
+        live = [t for t in self._inflight if not t.done.is_set()]
+        return live[-keep - 1] if len(live) > keep else None
+
     def submit(self, job, context=None, holds=None) -> Ticket:
         """Queue `job`: a callable, or a resumable job (Note [Who runs a program])."""
         if not hasattr(job, "pause"):
