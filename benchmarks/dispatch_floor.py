@@ -18,21 +18,15 @@ from rich.console import Console
 from rich.table import Table
 
 import lazydev  # noqa: F401  (registers the wse device)
+from lazydev.trace.build import contiguous_strides
 
 WSE = torch.device("wse", 0)
 _wrap = torch.Tensor._make_wrapper_subclass
 
 
 def _bare(shape):
-    return _wrap(_Bare, shape, _strides(shape), 0, None, torch.float32, torch.strided, WSE)
-
-
-def _strides(shape):
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return tuple(reversed(out))
+    return _wrap(_Bare, shape, contiguous_strides(shape), 0, None, torch.float32,
+                 torch.strided, WSE)
 
 
 class _Bare(torch.Tensor):

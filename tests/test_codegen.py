@@ -199,6 +199,15 @@ def test_a_loop_of_three_math_calls_runs_in_staged_tiles(shape, dtype):
     assert f"s2[{STAGE_TILE}]" in code and "s3[" not in code
 
 
+def _matches_cpu_with_nans(fn, x) -> str:
+    """fn on wse matches fn on the CPU, NaN for NaN; returns the generated kernels' C."""
+    got, want = fn(x.to("wse")).cpu(), fn(x)
+    assert_same(got, want)
+    assert torch.equal(got.isnan(), want.isnan())
+    code = "\n".join(last_compiled["units"])
+    return code[code.index("/* Node("):]
+
+
 def test_a_staged_sin_takes_the_fast_path_only_on_tiles_of_small_arguments():
     """Note [Tile-checked math]: tiles whose arguments are all small finite numbers run
     wse_sinf_small, a tile with one huge, inf or NaN argument libmvec's sin; both match the
@@ -210,12 +219,7 @@ def test_a_staged_sin_takes_the_fast_path_only_on_tiles_of_small_arguments():
     x[9 * STAGE_TILE + 1] = float("nan")
     x[11 * STAGE_TILE:12 * STAGE_TILE] *= 1e8             # a whole tile of huge arguments
     b = torch.zeros(1)
-    got = _three_calls(x.to("wse"), b.to("wse")).cpu()
-    want = _three_calls(x, b)
-    assert_same(got, want)
-    assert torch.equal(got.isnan(), want.isnan())
-    code = "\n".join(last_compiled["units"])
-    kernels = code[code.index("/* Node("):]
+    kernels = _matches_cpu_with_nans(lambda t: _three_calls(t, b.to(t.device)), x)
     assert "wse_sinf_small(s0[i])" in kernels and "sin(s0[i])" in kernels
 
 
@@ -229,12 +233,7 @@ def test_a_staged_exp_takes_the_fast_form_only_on_tiles_in_its_range():
     x[7 * STAGE_TILE] = 0.0                                # log -inf
     x[9 * STAGE_TILE + 1] = -1.0                           # log NaN
     x[11 * STAGE_TILE:12 * STAGE_TILE] = 1e-44             # subnormal results
-    got = torch.tanh(torch.exp(torch.log(x.to("wse")))).cpu()
-    want = torch.tanh(torch.exp(torch.log(x)))
-    assert_same(got, want)
-    assert torch.equal(got.isnan(), want.isnan())
-    code = "\n".join(last_compiled["units"])
-    kernels = code[code.index("/* Node("):]
+    kernels = _matches_cpu_with_nans(lambda t: torch.tanh(torch.exp(torch.log(t))), x)
     assert "s1[i] = wse_expf_normal(s0[i]);" in kernels and "s1[i] = wse_expf(s0[i]);" in kernels
 
 
