@@ -942,13 +942,23 @@ def test_a_loss_read_after_mark_step_waits_for_the_calls_that_write_it_only(monk
     torch.testing.assert_close(y.cpu(), a @ a, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("worker_fails_first", [False, True])
 def test_a_value_read_before_its_step_failed_keeps_it_and_the_step_s_updates_are_undone(
-        monkeypatch):
+        monkeypatch, worker_fails_first):
     """Note [Early reads]: a loss read after its own calls stays readable, with the same value,
-    when a later call of its step fails; the failure is raised at the next read and the step's
-    update to an existing tensor is undone."""
+    when a later call of its step fails, also when the worker, given the rest, fails before the
+    reading host is back; the failure is raised at the next read and the step's update to an
+    existing tensor is undone."""
     from lazydev.runtime import queue as Q
     monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the host runs the step up to the loss
+    if worker_fails_first:
+        release = Q.ExecQueue._release
+
+        def late_host(self, paused=None, handed=False):
+            release(self, paused, handed)
+            if handed:                  # the worker runs the rest, into the failure, first
+                assert paused[1].done.wait(10)
+        monkeypatch.setattr(Q.ExecQueue, "_release", late_host)
     x = torch.randn(1000)
     xw, idx, p = x.to("wse"), torch.tensor([5, 2000]).to("wse"), torch.zeros(3).to("wse")
     lazydev.mark_step()
@@ -1085,6 +1095,51 @@ class _Steps:
         return True
 
 
+def test_a_host_that_hands_the_worker_a_job_ends_its_idle_team_first(monkeypatch):
+    """Note [Idle team] (csrc/wse_runtime.c): a host that ran a job's first calls and hands the
+    rest to the worker ends its OpenMP team, whose spin would keep the worker off the other
+    core, before the worker has the job; one that ran whole jobs, or nothing, does not."""
+    from lazydev.runtime import queue as Q
+    released = []
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    monkeypatch.setattr(Q, "release_team", lambda: released.append(list(q._pending)))
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker never starts a job first
+    whole = q.submit(_Steps(3, ran, started))
+    assert q.wait(whole) == [] and released == []    # ran it whole
+    first = q.submit(_Steps(20, ran, started))
+    assert q.wait(first, calls=5) == [] and released == [[]]   # then the worker got it
+    assert first.done.wait(10)
+    two = [q.submit(_Steps(2, ran, started)) for _ in range(2)]
+    assert q.wait(two[0]) == [] and q.wait(two[1]) == [] and released == [[]]
+    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
+    job = _Steps(100, ran, started)
+    started.clear()
+    ticket = q.submit(job)
+    assert started.wait(10)
+    while job.next < 3:
+        time.sleep(0.001)
+    assert q.wait(ticket, calls=2) == [] and released == [[]]     # ran nothing itself
+    assert ticket.done.wait(10)
+    q.shutdown()
+
+
+def test_programs_and_torch_run_right_after_the_team_is_ended(gemm_prog):
+    """Note [Idle team]: after release_team the next parallel region starts a new team: a GEMM
+    split over it, a generated kernel's parallel loop and torch's own CPU ops all run right."""
+    from lazydev.runtime import device as D
+    a, b = torch.randn(256, 512), torch.randn(512, 384)
+    for _ in range(3):
+        D.release_team()
+        got, want = run_gemm(gemm_prog, torch.float32, 1, 0, 0, 256, 384, 512)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        D.release_team()
+        x = torch.randn(1 << 20)
+        assert_same((x.to("wse") * 2.5 + 1).cpu(), x * 2.5 + 1)
+        D.release_team()
+        torch.testing.assert_close(torch.mm(a, b), a.double().mm(b.double()).float(),
+                                   rtol=1e-4, atol=1e-4)
+
+
 def test_a_host_that_waits_takes_over_the_job_the_worker_is_running(monkeypatch):
     """Note [Who runs a program]: the worker pauses between two steps of a running job and the
     waiting host runs the rest, each step once and in order; a job is not split otherwise."""
@@ -1115,9 +1170,9 @@ def test_a_host_that_needs_a_job_s_first_calls_runs_those_and_leaves_the_rest(mo
     q, ran, started = Q.ExecQueue(), [], threading.Event()
     ticket = q.submit(_Steps(20, ran, started))
     assert q.wait(ticket, calls=5) == [] and not ticket.done.is_set()
-    assert ran == [(k, "MainThread") for k in range(5)]
     assert ticket.done.wait(10) and ticket.error is None
-    assert ran[5:] == [(k, "lazydev-exec") for k in range(5, 20)]
+    assert ran == [(k, "MainThread") for k in range(5)] + [(k, "lazydev-exec")
+                                                           for k in range(5, 20)]
     q.shutdown()
 
 

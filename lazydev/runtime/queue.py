@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from .device import release_team
+
 
 # Note [Who runs a program]
 # Only the host forks OpenMP teams (Note [One OpenMP team] in csrc/wse_runtime.c; `Run.resume`
@@ -57,9 +59,8 @@ import time
 # that spinning thread compete for two cores; at equal priority the scheduler often put the
 # worker on the tracing host's core: MLP steps of 10-28 ms among 7 ms ones, CNN steps 6.4 ms
 # against 4.9 at nice 19 (medians of three runs of 60 steps, the two settings alternating).
-# The cost: a step traced in less than the spin (the MLP's 1.6 ms) gets little from the worker.
-# The spin is libgomp's to set, once, from GOMP_SPINCOUNT when torch loads it: too late for us,
-# but a user can (README: the MLP step 7.2 -> 6.6 ms at 2000, torch's eager ops slower).
+# That spin kept the worker from the other core through a short step's tracing, so a host
+# that leaves work to the worker ends its team (Note [Idle team] in csrc/wse_runtime.c).
 HOST_GRACE = 0.0003
 ORPHAN_GRACE = 0.05
 WORKER_LIMIT_US = 1000
@@ -239,7 +240,12 @@ class ExecQueue:
                 self._failed = True
         ticket.seconds += time.perf_counter() - t0
         if not finished:
-            self._release((job, ticket), handed=bool(until) and job.reached(until))
+            handed = bool(until) and job.reached(until)
+            if handed:
+                # Before the worker has the job: ending the team while the worker ran beside
+                # it took 2-4 ms, not 0.1 (Note [Idle team] in csrc/wse_runtime.c).
+                release_team()
+            self._release((job, ticket), handed=handed)
             return
         if ticket.error is not None:    # its job stays: how far it got (Note [Early reads])
             with self._lock:
@@ -298,7 +304,7 @@ class ExecQueue:
         target = ticket if ticket is not None else self._last
         if target is not None:
             self._await(target, calls if ticket is not None else None)
-        if ticket is None or ticket.error is not None:
+        if ticket is None or (ticket.error is not None and not _got_to(ticket, calls)):
             if self._last is not None:
                 self._await(self._last)     # a failure cancels the rest: let them drain
             with self._lock:
@@ -315,6 +321,14 @@ class ExecQueue:
                 self._pending.append((None, done, 0.0, False))
                 self._cv.notify_all()
             done.done.wait()
+
+
+def _got_to(ticket: Ticket, calls: int | None) -> bool:
+    """Whether the failed job of `ticket` had run its first `calls` calls: a read of what they
+    wrote keeps its value, and the failure waits for the next read (Note [Early reads]). The
+    worker may run on into the failing call before the host that needed them is back."""
+    job = ticket.job
+    return bool(calls) and job is not None and job.reached(calls)
 
 
 EXEC = ExecQueue()
