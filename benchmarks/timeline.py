@@ -67,9 +67,9 @@ def run_steps(step, steps: int, pipelined: bool) -> list:
 
 def show_step(console: Console, k: int, mark: tuple, runs: list) -> None:
     t0, traced, queued, read = mark
-    table = Table(title=f"step {k}: {(read - t0) * 1e3:.2f} ms (tracing to {(traced - t0) * 1e3:.2f}"
-                        f", mark_step to {(queued - t0) * 1e3:.2f}, read to "
-                        f"{(read - t0) * 1e3:.2f})")
+    ms = [f"{(t - t0) * 1e3:.2f}" for t in (traced, queued, read)]
+    table = Table(title=f"step {k}: {ms[2]} ms (tracing to {ms[0]}, mark_step to {ms[1]}, "
+                        f"read to {ms[2]})")
     for col in ("thread", "from ms", "ran ms", "kernel calls", "finished"):
         table.add_column(col, justify="right")
     for host, start, dt, first, reached, finished in runs:
