@@ -325,30 +325,6 @@ void wse_serial_thread(void) {
 #endif
 }
 
-/* Note [Idle team]
-   After a parallel region libgomp's team thread spins about 5 ms (300000 rounds) before it
-   sleeps, on the core the queue's worker would use. A host that has run part of a program and
-   left the rest to the worker (Note [Who runs a program] in lazydev/runtime/queue.py) then
-   traces the next step while the worker, at the lowest priority, waits for that spin to end:
-   through the MLP's 2.5 ms of tracing it ran nothing. The spin count is libgomp's, read from
-   GOMP_SPINCOUNT when torch loads it, so the host ends its team there instead (OpenMP 5's
-   omp_pause_resource_all, 70-80 us), before the worker has the job (with the worker running,
-   the team's end took 2-4 ms); its next parallel region starts a new one. Steps read every
-   time, alternating runs of the two builds (benchmarks/timeline.py shows who ran what): MLP
-   11.3 -> 10.1 ms, CNN 6.2 -> 4.8, transformer 159 -> 158. Looked up, not linked: an OpenMP
-   runtime without it keeps its team spinning, as before. */
-void wse_release_team(void) {
-#ifdef _OPENMP
-  static int (*pause_all)(int) = NULL;
-  static int looked = 0;   /* one thread calls this (the host's), so no race */
-  if (!looked) {
-    pause_all = (int (*)(int))dlsym(RTLD_DEFAULT, "omp_pause_resource_all");
-    looked = 1;
-  }
-  if (pause_all && !omp_in_parallel()) pause_all(1);   /* omp_pause_soft */
-#endif
-}
-
 /* Device initialisation: start the OpenMP thread pool and let OpenBLAS allocate its buffers
    now (tens of milliseconds on first use), not inside the first step's program. */
 void wse_warmup(void) {

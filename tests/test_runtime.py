@@ -1095,51 +1095,6 @@ class _Steps:
         return True
 
 
-def test_a_host_that_hands_the_worker_a_job_ends_its_idle_team_first(monkeypatch):
-    """Note [Idle team] (csrc/wse_runtime.c): a host that ran a job's first calls and hands the
-    rest to the worker ends its OpenMP team, whose spin would keep the worker off the other
-    core, before the worker has the job; one that ran whole jobs, or nothing, does not."""
-    from lazydev.runtime import queue as Q
-    released = []
-    q, ran, started = Q.ExecQueue(), [], threading.Event()
-    monkeypatch.setattr(Q, "release_team", lambda: released.append(list(q._pending)))
-    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker never starts a job first
-    whole = q.submit(_Steps(3, ran, started))
-    assert q.wait(whole) == [] and released == []    # ran it whole
-    first = q.submit(_Steps(20, ran, started))
-    assert q.wait(first, calls=5) == [] and released == [[]]   # then the worker got it
-    assert first.done.wait(10)
-    two = [q.submit(_Steps(2, ran, started)) for _ in range(2)]
-    assert q.wait(two[0]) == [] and q.wait(two[1]) == [] and released == [[]]
-    monkeypatch.setattr(Q, "HOST_GRACE", 0.0)
-    job = _Steps(100, ran, started)
-    started.clear()
-    ticket = q.submit(job)
-    assert started.wait(10)
-    while job.next < 3:
-        time.sleep(0.001)
-    assert q.wait(ticket, calls=2) == [] and released == [[]]     # ran nothing itself
-    assert ticket.done.wait(10)
-    q.shutdown()
-
-
-def test_programs_and_torch_run_right_after_the_team_is_ended(gemm_prog):
-    """Note [Idle team]: after release_team the next parallel region starts a new team: a GEMM
-    split over it, a generated kernel's parallel loop and torch's own CPU ops all run right."""
-    from lazydev.runtime import device as D
-    a, b = torch.randn(256, 512), torch.randn(512, 384)
-    for _ in range(3):
-        D.release_team()
-        got, want = run_gemm(gemm_prog, torch.float32, 1, 0, 0, 256, 384, 512)
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-        D.release_team()
-        x = torch.randn(1 << 20)
-        assert_same((x.to("wse") * 2.5 + 1).cpu(), x * 2.5 + 1)
-        D.release_team()
-        torch.testing.assert_close(torch.mm(a, b), a.double().mm(b.double()).float(),
-                                   rtol=1e-4, atol=1e-4)
-
-
 def test_a_host_that_waits_takes_over_the_job_the_worker_is_running(monkeypatch):
     """Note [Who runs a program]: the worker pauses between two steps of a running job and the
     waiting host runs the rest, each step once and in order; a job is not split otherwise."""

@@ -41,7 +41,6 @@ const char* wse_prefix_source(void);
 const char* wse_special_source(void);
 void    wse_warmup(void);
 void    wse_serial_thread(void);
-void    wse_release_team(void);
 """
 
 

@@ -100,14 +100,6 @@ lib.wse_warmup()    # device initialisation: thread pool and BLAS buffers, befor
 TEAM_THREAD = threading.get_ident()
 
 
-def release_team() -> None:
-    """End the host's OpenMP team now, not after libgomp's 5 ms spin: the host leaves work to
-    the queue's worker (Note [Idle team] in csrc/wse_runtime.c). Only the team's own thread
-    may; elsewhere it does nothing."""
-    if threading.get_ident() == TEAM_THREAD:
-        lib.wse_release_team()
-
-
 class DeviceOutOfMemoryError(RuntimeError):
     """Raised when a wse allocation would exceed the device capacity."""
 

@@ -21,8 +21,6 @@ import sys
 import threading
 import time
 
-from .device import release_team
-
 
 # Note [Who runs a program]
 # Only the host forks OpenMP teams (Note [One OpenMP team] in csrc/wse_runtime.c; `Run.resume`
@@ -59,8 +57,9 @@ from .device import release_team
 # that spinning thread compete for two cores; at equal priority the scheduler often put the
 # worker on the tracing host's core: MLP steps of 10-28 ms among 7 ms ones, CNN steps 6.4 ms
 # against 4.9 at nice 19 (medians of three runs of 60 steps, the two settings alternating).
-# That spin kept the worker from the other core through a short step's tracing, so a host
-# that leaves work to the worker ends its team (Note [Idle team] in csrc/wse_runtime.c).
+# The cost: a step traced in less than the spin (the MLP's 1.6 ms) gets little from the worker.
+# The spin is libgomp's to set, once, from GOMP_SPINCOUNT when torch loads it: too late for us,
+# but a user can (README: the MLP step 7.2 -> 6.6 ms at 2000, torch's eager ops slower).
 HOST_GRACE = 0.0003
 ORPHAN_GRACE = 0.05
 WORKER_LIMIT_US = 1000
@@ -240,12 +239,7 @@ class ExecQueue:
                 self._failed = True
         ticket.seconds += time.perf_counter() - t0
         if not finished:
-            handed = bool(until) and job.reached(until)
-            if handed:
-                # Before the worker has the job: ending the team while the worker ran beside
-                # it took 2-4 ms, not 0.1 (Note [Idle team] in csrc/wse_runtime.c).
-                release_team()
-            self._release((job, ticket), handed=handed)
+            self._release((job, ticket), handed=bool(until) and job.reached(until))
             return
         if ticket.error is not None:    # its job stays: how far it got (Note [Early reads])
             with self._lock:
