@@ -265,7 +265,10 @@ def from_node(node: Node) -> WseTensor:
     for d in shape:
         numel *= d
     t = WseTensor.fresh(Storage.pending(numel, node), shape)
-    t._lz_cache = (1, state._current.id, node)      # what value(t) would make
+    # What value(t) would make. Version 1 is the one `pending` gives, not st.version: a runaway
+    # trace cut inside `pending` materialises the storage (version 2, a new trace), and the
+    # cache must then miss rather than hand the old trace's node to the new one.
+    t._lz_cache = (1, state._current.id, node)
     return t
 
 
