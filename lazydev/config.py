@@ -11,7 +11,7 @@
 | recompile_limit  |                          | None; an int raises instead of compiling a structure again |
 | trace_warn_ops   |                          | 200_000 ops without a sync warn once (a missing mark_step?) |
 | trace_max_ops    |                          | 2_000_000 ops without a sync cut the trace |
-| async_exec       | LAZYDEV_ASYNC            | True: mark_step returns once the program is queued |
+| async_exec       | LAZYDEV_ASYNC            | True: mark_step returns once the program is queued (False: once it ran) |
 | max_queued_steps |                          | 2: past it, mark_step waits for the oldest queued program |
 | buckets          |                          | (8, 16, 32, 64, 128, 256): sizes for lazydev.pad_to_bucket |
 """

@@ -942,6 +942,33 @@ def test_a_loss_read_after_mark_step_waits_for_the_calls_that_write_it_only(monk
     torch.testing.assert_close(y.cpu(), a @ a, rtol=1e-4, atol=1e-3)
 
 
+def test_a_synchronous_step_runs_after_the_steps_queued_before_it(monkeypatch):
+    """config.async_exec=False: mark_step's program runs before mark_step returns, but after
+    the programs queued before it, here the rest of a step whose loss was read early, which
+    writes what it reads (it used to run at once, beside them, and read garbage)."""
+    from lazydev.runtime import device as D
+    orig = D.Run.resume
+
+    def slow_worker(self, unpause=False, limit_us=0, until=0):
+        if threading.current_thread().name == "lazydev-exec":
+            time.sleep(0.2)         # the rest of the first step is still queued below
+        return orig(self, unpause, limit_us, until)
+    monkeypatch.setattr(D.Run, "resume", slow_worker)
+    a = torch.randn(256, 256)
+    w, p = a.to("wse"), torch.zeros(256, 256).to("wse")
+    lazydev.mark_step()
+    lazydev.wait()
+    loss = w.sum()
+    p.add_(w @ w)                   # after the loss in the program: left to the worker
+    lazydev.mark_step()
+    torch.testing.assert_close(loss.item(), a.sum().item(), rtol=1e-5, atol=1e-3)
+    monkeypatch.setattr(lazydev.config, "async_exec", False)
+    q = p * 2
+    lazydev.mark_step()
+    assert q._st.buf.ticket is None or q._st.buf.ticket.done.is_set()   # ran in mark_step
+    torch.testing.assert_close(q.cpu(), (a @ a) * 2, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("worker_fails_first", [False, True])
 def test_a_value_read_before_its_step_failed_keeps_it_and_the_step_s_updates_are_undone(
         monkeypatch, worker_fails_first):

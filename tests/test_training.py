@@ -21,6 +21,19 @@ def test_twenty_steps_match_cpu(kind, optimizer):
     assert lazydev.metrics.counters()["fallbacks"] == {}
 
 
+@pytest.mark.parametrize("every", [1, 2])
+def test_switching_async_execution_between_steps_matches_cpu(monkeypatch, every):
+    """lazydev.config(async_exec=...) may change between any two steps (a read early in a
+    step leaves its rest queued when the next, synchronous, step starts)."""
+    def switch(i, loss):
+        lazydev.config(async_exec=(i // every) % 2 == 1)
+    monkeypatch.setattr(lazydev.config, "async_exec", True)
+    cpu = train("cnn", "cpu", steps=12)
+    wse = train("cnn", "wse", steps=12, on_step=switch)
+    worst = max(_rel(a, b) for a, b in zip(wse, cpu))
+    assert worst <= 1e-4, (worst, wse, cpu)
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("scheduler", [False, True])
 def test_steady_state_steps_hit_the_cache(optimizer, scheduler, fresh_cache):

@@ -42,12 +42,12 @@ class Compiled:
             self.arena = Buffer(lay.arena_bytes)
         bufs = [inputs[s] for s in lay.input_slots] + outs + [self.arena]
         job = _Job(self.program.start(bufs, scalars), self.stats)
-        if config.async_exec:
-            ticket = EXEC.submit(job, context, holds=bufs)
-            for b, ready in zip(outs, lay.out_ready):   # donated inputs too: a read waits
-                b.ticket, b.ready = ticket, ready         # for this run (Note [Early reads])
-        else:
-            job.resume()
+        # Queued even with config.async_exec off: runs queued before it (the rest of a step
+        # whose loss was read early) write what it reads, so it must run after them; the
+        # caller then waits for it (trace/sync.py).
+        ticket = EXEC.submit(job, context, holds=bufs)
+        for b, ready in zip(outs, lay.out_ready):   # donated inputs too: a read waits
+            b.ticket, b.ready = ticket, ready         # for this run (Note [Early reads])
         ins = bufs[:len(lay.input_slots)]
         return [outs[k] if kind == "new" else ins[k] for kind, k in lay.out_map]
 

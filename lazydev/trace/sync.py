@@ -123,7 +123,7 @@ def _run(pending, tr, reason, where) -> None:
         st.materialise(buf)
     _step["compile"] += info.get("compile_s", 0.0)
     _log_cut(reason, where, len(pending), info, tr)
-    _raise_failures(_compile.throttle(config.max_queued_steps))
+    _raise_failures(_compile.throttle(config.max_queued_steps if config.async_exec else 0))
 
 
 # Note [Bounded queue]
