@@ -969,6 +969,38 @@ def test_a_synchronous_step_runs_after_the_steps_queued_before_it(monkeypatch):
     torch.testing.assert_close(q.cpu(), (a @ a) * 2, rtol=1e-4, atol=1e-3)
 
 
+def test_an_op_recorded_on_another_thread_is_never_cut_in_half(monkeypatch):
+    """Note [One recorder at a time]: a thread in the middle of recording an op (held there a
+    moment, after its node is made and before its result is registered) keeps the trace to
+    itself, so a mark_step on another thread cannot cut between the two; unguarded, the op's
+    node read an input slot of the trace the cut had closed."""
+    from lazydev.trace import state as S
+    inside, cut = threading.Event(), threading.Event()
+    pending = S.Storage.pending.__func__
+
+    def held(cls, numel, node):
+        if threading.current_thread().name == "loader" and not inside.is_set():
+            inside.set()
+            cut.wait(0.5)           # the main thread's mark_step comes here, or waits
+        return pending(cls, numel, node)
+    monkeypatch.setattr(S.Storage, "pending", classmethod(held))
+    a = torch.randn(1000)
+    x = a.to("wse")
+    lazydev.mark_step()
+    lazydev.wait()
+    out = {}
+    loader = threading.Thread(target=lambda: out.update(y=x * 2 - 1), name="loader")
+    loader.start()
+    assert inside.wait(10)
+    z = x + 1
+    lazydev.mark_step()
+    cut.set()
+    loader.join(10)
+    lazydev.mark_step()
+    assert_same(out["y"], a * 2 - 1)
+    assert_same(z, a + 1)
+
+
 @pytest.mark.parametrize("worker_fails_first", [False, True])
 def test_a_value_read_before_its_step_failed_keeps_it_and_the_step_s_updates_are_undone(
         monkeypatch, worker_fails_first):

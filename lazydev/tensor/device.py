@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..trace import build
+from ..trace import build, state
 from ..trace.state import Storage
 
 
@@ -90,17 +90,20 @@ def empty_tensor(size, dtype):
     return WseTensor.fresh(Storage(numel, dtype, node=_zero_fill(dtype, numel)), size)
 
 
+@state.recorder
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
                          memory_format=None):
     return empty_tensor(size, dtype)
 
 
+@state.recorder
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     # Storage is always dense row-major on wse: strides requested here describe a fresh
     # allocation, and a contiguous one holds the same values.
     return empty_tensor(size, dtype)
 
 
+@state.recorder
 def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     # Registered for PrivateUse1 so that torch.arange(..., device="wse") never goes through
     # arange.out, which would make an empty tensor and resize it.
@@ -115,6 +118,7 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pi
                     {"dtype": spec_dtype, "device": torch.device("wse", 0)})
 
 
+@state.recorder
 def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
     # Registered for the same reason as _arange: eye's kernel resizes an empty eye.m_out.
     from torch._decomp import decomposition_table
@@ -123,11 +127,13 @@ def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
         device=torch.device("wse", 0))
 
 
+@state.recorder
 def _zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
     # _efficientzerotensor (autograd's zero gradients, e.g. sgn's): ordinary zeros on wse.
     return empty_tensor(size, dtype)
 
 
+@state.recorder
 def _copy_from(src, dst, non_blocking=False):
     # Reached instead of __torch_dispatch__ where PyTorch excludes the Python key while it
     # copies into a new device tensor: torch.tensor(data, device="wse"), torch.as_tensor.

@@ -14,6 +14,7 @@ import functools
 
 import torch
 
+from ..trace import state
 from .wse_tensor import WSE, WseTensor
 
 aten = torch.ops.aten
@@ -39,6 +40,7 @@ class WseSparseTensor(WseTensor):
         return t
 
     @classmethod
+    @state.recorder
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         from .dispatch import dispatch
         return dispatch(func, args, kwargs or {}, handler=host_op)
@@ -87,6 +89,7 @@ def host_op(func, args, kwargs):
     return fallback_op(func, args, kwargs, why="sparse tensors are host-resident")
 
 
+@state.recorder
 def _to_wse(x, **kwargs):
     """aten._to_copy of a CPU sparse tensor to wse: a CPU copy, held by a wrapper. A transfer,
     not a fallback (nothing runs but the copy, so nothing is counted and nothing syncs)."""
@@ -98,6 +101,7 @@ def _to_wse(x, **kwargs):
     return WseSparseTensor(aten._to_copy.default(x, **kwargs))
 
 
+@state.recorder
 def _make_on_host(op, *args, **kwargs):
     """A sparse tensor made on wse (torch.empty(..., layout=torch.sparse_coo, device="wse")):
     made on the CPU and kept there, a fallback like any other."""

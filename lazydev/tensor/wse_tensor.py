@@ -19,6 +19,9 @@ _STRIDES: dict = {}         # shape -> row-major strides
 _AS_STRIDED, _SCATTER_STRIDED = Op.AS_STRIDED, Op.SCATTER_STRIDED    # see trace/state.py _DATA
 
 
+_acquire, _release = state.RECORDING.acquire, state.RECORDING.release
+
+
 def _dispatch(func, args, kwargs):
     # Bound to tensor/dispatch.py's dispatch on first use (that module imports this one).
     global _dispatch
@@ -117,7 +120,12 @@ class WseTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return _dispatch(func, args, kwargs or {})
+        # Note [One recorder at a time]; acquire/release, not `with`: 0.3 µs less per op.
+        _acquire()
+        try:
+            return _dispatch(func, args, kwargs or {})
+        finally:
+            _release()
 
     # -- materialisation entry points that are not aten ops -------------------------------------
     def __repr__(self, *, tensor_contents=None):
@@ -282,6 +290,7 @@ def from_cpu(cpu: torch.Tensor) -> WseTensor:
     return WseTensor(Storage(cpu.numel(), cpu.dtype, buf=buf), tuple(cpu.shape))
 
 
+@state.recorder
 def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     """Materialise `t` (a sync if it is pending) and copy it to a new contiguous CPU tensor."""
     st = t._st

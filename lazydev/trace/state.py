@@ -15,7 +15,9 @@ computed). A sync computes all of them at once, so nothing is computed twice.
 """
 from __future__ import annotations
 
+import functools
 import itertools
+import threading
 import weakref
 
 import torch
@@ -73,6 +75,27 @@ def runaway_guard(tr) -> None:
                       "call lazydev.mark_step() once per step. The trace is cut at "
                       f"{config.trace_max_ops} ops.", stacklevel=2)
     tr.guard_at = config.trace_max_ops
+
+
+# Note [One recorder at a time]
+# The current trace, its live registry and every storage are shared by all Python threads (one
+# trace per device, as in Lazy Tensor Core), and recording one op is many Python steps, between
+# any two of which the GIL may pass to another thread: a loader thread normalising batches on
+# wse while the main thread traced got its nodes into a trace that mark_step had already cut
+# (IndexError in the compiled graph's inputs). So every entry from user code holds RECORDING:
+# each aten op (WseTensor.__torch_dispatch__), the factory kernels, syncs, waits and reads.
+# It is re-entrant, for the ops an op dispatches. The queue's worker only runs programs and
+# never takes it; a thread holding it may wait for the worker, never the other way round.
+RECORDING = threading.RLock()
+
+
+def recorder(fn):
+    """`fn` holding RECORDING (Note [One recorder at a time]): an entry from user code."""
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        with RECORDING:
+            return fn(*args, **kwargs)
+    return entry
 
 
 _current = Trace()

@@ -34,6 +34,7 @@ def download(buf, dtype, numel, start=0):
     return _compile.download(buf, dtype, numel, start)
 
 
+@state.recorder
 def wait() -> None:
     """Wait for every queued program; raise the first failure among them."""
     _raise_failures(_compile.wait())
@@ -73,6 +74,7 @@ _step = {"start": time.perf_counter(), "compile": 0.0, "execute": 0.0, "syncs": 
          "index": 0, "transfer": 0.0}
 
 
+@state.recorder
 def sync(reason: str, needed: bool = True) -> None:
     """Cut the trace. needed=False is a read of values already computed: not a sync (it
     cuts nothing; a read after mark_step is the normal way to look at a loss)."""
