@@ -19,18 +19,58 @@ from __future__ import annotations
 
 import os
 
-_FIELDS = ("log", "cache_dir", "disk_cache", "cache_max_bytes", "strict_syncs", "recompile_warn",
-           "recompile_limit", "trace_warn_ops", "trace_max_ops", "async_exec",
-           "max_queued_steps", "buckets")
+_CHANNELS = {"trace", "cache", "fallback", "sync", "all"}
+
+
+def _int_from(low: int):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_channels(v) -> bool:
+    return isinstance(v, (str, list, tuple, set, frozenset)) and _channels(v) <= _CHANNELS
+
+
+# setting -> (whether a value is valid, what the setting takes): a bad value is refused where
+# it is set, not met later as a TypeError deep inside a compile or a sync.
+_RULES = {
+    "log": (_is_channels, "log channels, from trace, cache, fallback, sync, all (a "
+            "comma-separated string or a collection)"),
+    "cache_dir": (lambda v: isinstance(v, (str, os.PathLike)), "a directory path"),
+    "disk_cache": (_is_bool, "True or False"),
+    "cache_max_bytes": (_int_from(0), "a number of bytes (an int, 0 or more)"),
+    "strict_syncs": (_is_bool, "True or False"),
+    "recompile_warn": (_int_from(1), "an int, 1 or more"),
+    "recompile_limit": (lambda v: v is None or _int_from(1)(v), "None or an int, 1 or more"),
+    "trace_warn_ops": (_int_from(1), "an int, 1 or more"),
+    "trace_max_ops": (_int_from(1), "an int, 1 or more"),
+    "async_exec": (_is_bool, "True or False"),
+    "max_queued_steps": (_int_from(0), "an int, 0 or more"),
+    "buckets": (lambda v: isinstance(v, (list, tuple)) and len(v) > 0
+                and all(_int_from(1)(b) for b in v), "a non-empty list of ints, 1 or more"),
+}
+_FIELDS = tuple(_RULES)
+
+
+def _checked(name: str, value, where: str):
+    """`value` if `name` takes it; else a ValueError that shows `where` it was set from."""
+    valid, takes = _RULES[name]
+    if not valid(value):
+        raise ValueError(f"{where.format(value)}: {name} takes {takes}")
+    return value
 
 
 class Config:
     def __init__(self):
-        self.log = _channels(os.environ.get("LAZYDEV_LOG", ""))
+        env = os.environ.get
+        self.log = _channels(_checked("log", env("LAZYDEV_LOG", ""), "LAZYDEV_LOG={!r}"))
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         self.cache_dir = os.environ.get("LAZYDEV_CACHE_DIR") or os.path.join(base, "lazydev")
         self.disk_cache = os.environ.get("LAZYDEV_CACHE", "1") != "0"
-        self.cache_max_bytes = int(os.environ.get("LAZYDEV_CACHE_MAX_BYTES", 1 << 30))
+        self.cache_max_bytes = _env_int("LAZYDEV_CACHE_MAX_BYTES", 1 << 30)
         self.strict_syncs = os.environ.get("LAZYDEV_STRICT_SYNCS", "0") == "1"
         self.recompile_warn = 8
         self.recompile_limit = None
@@ -50,12 +90,24 @@ class Config:
             if name not in _FIELDS:
                 raise TypeError(f"lazydev.config has no setting {name!r}; settings: "
                                 f"{', '.join(_FIELDS)}")
+            _checked(name, value, f"lazydev.config({name}={{!r}})")
             setattr(self, name, _channels(value) if name == "log" else value)
         return self
 
     def __repr__(self):
         parts = [f"{k}={getattr(self, k)!r}" for k in _FIELDS]
         return "lazydev.config(" + ", ".join(parts) + ")"
+
+
+def _env_int(var: str, default: int) -> int:
+    text = os.environ.get(var)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = text
+    return _checked("cache_max_bytes", value, var + "={!r}")
 
 
 def _channels(value) -> set:

@@ -207,3 +207,26 @@ def test_cache_key_names_the_cpu():
     machine, vendor, model, flags = build.cpu_features().split("|")
     assert machine and vendor and model and flags
     assert dict(cache.key_parts(["int x;"]))["cpu_features"] == build.cpu_features()
+
+
+@pytest.mark.parametrize("setting", [
+    {"max_queued_steps": -1}, {"recompile_limit": "5"}, {"async_exec": "no"}, {"buckets": 5},
+    {"log": "trac"}, {"cache_max_bytes": 1.5}, {"trace_max_ops": 0}], ids=str)
+def test_a_bad_config_value_is_refused_where_it_is_set(setting):
+    """Not met later as a TypeError inside a compile or a sync: refused, with what it takes,
+    and nothing changes."""
+    before = repr(lazydev.config)
+    (name, _), = setting.items()
+    with pytest.raises(ValueError, match=rf"^lazydev\.config\({name}=.*\): {name} takes "):
+        lazydev.config(**setting)
+    assert repr(lazydev.config) == before
+
+
+def test_a_bad_config_environment_variable_is_named(monkeypatch):
+    from lazydev.config import Config
+    monkeypatch.setenv("LAZYDEV_CACHE_MAX_BYTES", "1GB")
+    with pytest.raises(ValueError, match="^LAZYDEV_CACHE_MAX_BYTES='1GB': cache_max_bytes takes"):
+        Config()
+    monkeypatch.setenv("LAZYDEV_CACHE_MAX_BYTES", "4096")
+    monkeypatch.setenv("LAZYDEV_LOG", "cache,trace")
+    assert Config().cache_max_bytes == 4096 and Config().log == {"cache", "trace"}
