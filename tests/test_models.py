@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import lazydev
+from conftest import assert_same
 
 
 class LSTMLM(nn.Module):
@@ -118,6 +119,33 @@ def test_state_dict_save_load_round_trip(tmp_path):
     torch.testing.assert_close(back(idx.to("wse")).cpu(), fresh(idx), rtol=1e-5, atol=1e-6)
     for k, v in state.items():
         torch.testing.assert_close(v.cpu(), loaded[k])
+
+
+@pytest.mark.parametrize("where", ["wse", "wse:0", torch.device("wse", 0), {"cpu": "wse"}],
+                         ids=str)
+def test_a_checkpoint_loads_straight_onto_wse(tmp_path, where):
+    """torch.load(f, map_location="wse") gives wse tensors with the saved values (it raised an
+    AttributeError, and a PrivateUse1 storage from Python crashes), and tensors saved as views
+    of one storage, a tied weight and its transpose here, share one wse storage again (Note
+    [Loading onto wse] in tensor/device.py)."""
+    w = torch.randn(6, 4)
+    saved = {"w": w, "wt": w.t(), "step": torch.tensor(3), "half": torch.randn(5).half()}
+    torch.save(saved, tmp_path / "c.pt")
+    loaded = torch.load(tmp_path / "c.pt", map_location=where)
+    for k, v in saved.items():
+        assert loaded[k].device.type == "wse" and loaded[k].dtype == v.dtype
+        assert_same(loaded[k], v)
+    loaded["w"].mul_(2)
+    assert_same(loaded["wt"], 2 * w.t())
+    model = nn.Linear(4, 6).to("wse")
+    model.load_state_dict({"weight": loaded["w"], "bias": torch.zeros(6).to("wse")})
+    assert_same(model.weight, 2 * w)
+
+
+def test_set_with_a_storage_torch_load_did_not_make_says_what_to_do():
+    a = torch.arange(8.0).to("wse")
+    with pytest.raises(RuntimeError, match="map_location='wse'.*t.set_\\(other\\)"):
+        torch.empty((0,), device="wse").set_(a.untyped_storage(), 2, (3,), (1,))
 
 
 def test_gradient_accumulation_no_grad_and_retain_grad():

@@ -1,6 +1,8 @@
 """Registers the "wse" device with PyTorch (PrivateUse1, renamed) and its factory kernels."""
 from __future__ import annotations
 
+import re
+
 import torch
 
 from ..trace import build, state
@@ -141,6 +143,30 @@ def _copy_from(src, dst, non_blocking=False):
     return SPECIAL[torch.ops.aten.copy_.default](None, (dst, src), {})
 
 
+# Note [Loading onto wse]
+# torch.load(f, map_location="wse") moves each saved storage with storage.to("wse"), which needs
+# a device allocator; PrivateUse1 has none from Python (torch.UntypedStorage(n, device="wse")
+# crashes the process), and PyTorch's own path stops earlier with an AttributeError, as
+# _WseModule has no `device` context (with one, storage.to("wse") would go on to that crash).
+# So our deserializer, ahead of PyTorch's generic one, returns a storage that only says "wse":
+# the loaded CPU bytes' pointer with device wse, no owner, keeping the CPU storage alive beside
+# it.
+# Every tensor torch.load rebuilds on it calls set_(storage, offset, size, stride), and
+# special.py's _set_storage_ uploads the bytes once per storage and dtype, so tensors saved as
+# views of one storage (tied weights) are views of one wse storage again.
+_WSE_LOCATION = re.compile(r"wse(:0)?")
+
+
+def _restore_on_wse(obj, location):
+    if not isinstance(location, str) or not _WSE_LOCATION.fullmatch(location):
+        return None
+    host = obj if obj.device.type == "cpu" else obj.cpu()
+    shell = torch._C._construct_storage_from_data_pointer(
+        host.data_ptr(), torch.device("wse", 0), host.nbytes())
+    shell._lz_host, shell._lz_flat = host, {}
+    return shell
+
+
 _lib = None
 
 
@@ -164,6 +190,9 @@ def register() -> None:
     # ping-pong with it) is pure cost, about a tenth of a step's tracing. Run backward on the
     # calling thread instead. This is thread-local: it applies to the thread importing lazydev.
     torch._C._set_multithreading_enabled(False)
+    # Before PyTorch's PrivateUse1 entry (23); wse tensors pickle as CPU tensors, so there is
+    # nothing to tag (Note [Loading onto wse]).
+    torch.serialization.register_package(15, lambda storage: None, _restore_on_wse)
     from . import foreach, sparse
     foreach.register()
     sparse.register(_lib)

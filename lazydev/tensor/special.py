@@ -181,6 +181,32 @@ def _set_(func, args, kwargs):
     return t
 
 
+@special(aten.set_.source_Storage_storage_offset, aten.set_.source_Storage)
+def _set_storage_(func, args, kwargs):
+    """t.set_(storage, offset, size, stride) on a storage torch.load made for wse: a view of
+    its bytes, uploaded once per storage and dtype (Note [Loading onto wse], device.py)."""
+    t, storage = args[0], args[1]
+    host = getattr(storage, "_lz_host", None)
+    if host is None:
+        raise RuntimeError(
+            "set_ with a storage works on wse only for the storages torch.load(..., "
+            "map_location='wse') makes; to make a tensor share another wse tensor's values, "
+            "use t.set_(other) or a view of other")
+    flat = storage._lz_flat.get(t.dtype)
+    if flat is None:
+        cpu = torch.empty((0,), dtype=t.dtype).set_(host)
+        flat = storage._lz_flat[t.dtype] = _upload(cpu)
+    if func is aten.set_.source_Storage:
+        size, stride, offset = (flat.numel(),), (1,), 0
+    else:
+        offset, size = args[2], args[3]
+        stride = args[4] if len(args) > 4 else kwargs.get("stride", ())
+        stride = tuple(stride) or build.contiguous_strides(tuple(size))
+    t._st = flat._st
+    restride(t, size, stride, offset)
+    return t
+
+
 @special(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default,
          aten.empty.memory_format)
 def _empty_like(func, args, kwargs):
