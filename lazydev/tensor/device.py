@@ -55,7 +55,11 @@ class _WseModule:
 
     @staticmethod
     def get_amp_supported_dtype():
-        return [torch.float16, torch.bfloat16]
+        # None: wse has no lower-precision kernels to cast to, so torch.autocast("wse", ...)
+        # warns and runs the block in full precision, PyTorch's own answer for an unsupported
+        # dtype. Listing float16 and bfloat16 made it fail at the first op instead (no kernel
+        # for the AutocastPrivateUse1 key; register() now gives that key a fallthrough too).
+        return []
 
 
 def _numel(size) -> int:
@@ -167,11 +171,11 @@ def _restore_on_wse(obj, location):
     return shell
 
 
-_lib = None
+_lib = _autocast = None     # the Library objects: registrations last while they live
 
 
 def register() -> None:
-    global _lib
+    global _lib, _autocast
     if _lib is not None:
         return
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
@@ -190,6 +194,10 @@ def register() -> None:
     # ping-pong with it) is pure cost, about a tenth of a step's tracing. Run backward on the
     # calling thread instead. This is thread-local: it applies to the thread importing lazydev.
     torch._C._set_multithreading_enabled(False)
+    # Ops reaching autocast's key for wse (torch.set_autocast_enabled("wse", True)) run as they
+    # are, uncast: see get_amp_supported_dtype.
+    _autocast = torch.library.Library("_", "IMPL")     # fallbacks live in the "_" namespace
+    _autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     # Before PyTorch's PrivateUse1 entry (23); wse tensors pickle as CPU tensors, so there is
     # nothing to tag (Note [Loading onto wse]).
     torch.serialization.register_package(15, lambda storage: None, _restore_on_wse)
