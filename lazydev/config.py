@@ -70,7 +70,7 @@ class Config:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         self.cache_dir = os.environ.get("LAZYDEV_CACHE_DIR") or os.path.join(base, "lazydev")
         self.disk_cache = os.environ.get("LAZYDEV_CACHE", "1") != "0"
-        self.cache_max_bytes = _env_int("LAZYDEV_CACHE_MAX_BYTES", 1 << 30)
+        self.cache_max_bytes = _env_int("LAZYDEV_CACHE_MAX_BYTES", "cache_max_bytes", 1 << 30)
         self.strict_syncs = os.environ.get("LAZYDEV_STRICT_SYNCS", "0") == "1"
         self.recompile_warn = 8
         self.recompile_limit = None
@@ -99,15 +99,16 @@ class Config:
         return "lazydev.config(" + ", ".join(parts) + ")"
 
 
-def _env_int(var: str, default: int) -> int:
+def _env_int(var: str, name: str, default: int) -> int:
+    """Environment variable `var`, an int for setting `name`, or `default` when unset."""
     text = os.environ.get(var)
     if text is None:
         return default
     try:
         value = int(text)
     except ValueError:
-        value = text
-    return _checked("cache_max_bytes", value, var + "={!r}")
+        value = text                # refused below, shown as the user wrote it
+    return _checked(name, value, var + "={!r}")
 
 
 def _channels(value) -> set:

@@ -55,7 +55,7 @@ class _WseModule:
 
     @staticmethod
     def get_amp_supported_dtype():
-        # None: wse has no lower-precision kernels to cast to, so torch.autocast("wse", ...)
+        # No dtypes: wse has no lower-precision kernels to cast to, so torch.autocast("wse", ...)
         # warns and runs the block in full precision, PyTorch's own answer for an unsupported
         # dtype. Listing float16 and bfloat16 made it fail at the first op instead (no kernel
         # for the AutocastPrivateUse1 key; register() now gives that key a fallthrough too).
@@ -153,8 +153,7 @@ def _copy_from(src, dst, non_blocking=False):
 # crashes the process), and PyTorch's own path stops earlier with an AttributeError, as
 # _WseModule has no `device` context (with one, storage.to("wse") would go on to that crash).
 # So our deserializer, ahead of PyTorch's generic one, returns a storage that only says "wse":
-# the loaded CPU bytes' pointer with device wse, no owner, keeping the CPU storage alive beside
-# it.
+# the loaded CPU bytes' pointer with device wse, no owner, the CPU storage kept alive beside it.
 # Every tensor torch.load rebuilds on it calls set_(storage, offset, size, stride), and
 # special.py's _set_storage_ uploads the bytes once per storage and dtype, so tensors saved as
 # views of one storage (tied weights) are views of one wse storage again.
