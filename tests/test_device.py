@@ -188,3 +188,16 @@ def test_autocast_on_wse_warns_and_runs_in_full_precision():
     finally:
         torch.set_autocast_enabled("wse", False)
     torch.testing.assert_close(y.cpu(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(3).to("wse:1"), lambda: torch.ones(3, device="wse:1"),
+    lambda: torch.arange(3, device="wse:2"), lambda: torch.eye(2, device="wse:1"),
+    lambda: torch.randn(2, device=torch.device("wse", 1)),
+    lambda: torch.arange(4.0).to("wse").to("wse:1"),
+    lambda: torch.nn.Linear(2, 2).to("wse:1")], ids=range(7))
+def test_a_wse_device_index_other_than_0_is_refused(make):
+    """torch.wse.device_count() is 1: "wse:1" must not quietly mean wse:0."""
+    with pytest.raises(RuntimeError, match="there is no wse:[12]: lazydev has one wse device"):
+        make()
+    assert_same(torch.ones(3).to("wse:0"), torch.ones(3))

@@ -62,6 +62,14 @@ class _WseModule:
         return []
 
 
+def check_index(device) -> None:
+    """wse has one device, wse:0 (torch.wse.device_count()); "wse:1" must not quietly mean it."""
+    index = None if device is None else torch.device(device).index
+    if index not in (None, 0):
+        raise RuntimeError(f"there is no wse:{index}: lazydev has one wse device, wse:0 "
+                           "(torch.wse.device_count() == 1); use device='wse'")
+
+
 def _numel(size) -> int:
     n = 1
     for d in size:
@@ -99,6 +107,7 @@ def empty_tensor(size, dtype):
 @state.recorder
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
                          memory_format=None):
+    check_index(device)
     return empty_tensor(size, dtype)
 
 
@@ -106,6 +115,7 @@ def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     # Storage is always dense row-major on wse: strides requested here describe a fresh
     # allocation, and a contiguous one holds the same values.
+    check_index(device)
     return empty_tensor(size, dtype)
 
 
@@ -114,6 +124,7 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pi
     # Registered for PrivateUse1 so that torch.arange(..., device="wse") never goes through
     # arange.out, which would make an empty tensor and resize it.
     from .dispatch import dispatch
+    check_index(device)
     if end is None:
         start, end = 0, start
     spec_dtype = dtype
@@ -128,6 +139,7 @@ def _arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pi
 def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
     # Registered for the same reason as _arange: eye's kernel resizes an empty eye.m_out.
     from torch._decomp import decomposition_table
+    check_index(device)
     return decomposition_table[torch.ops.aten.eye.m](
         n, n if m is None else m, dtype=dtype or torch.get_default_dtype(),
         device=torch.device("wse", 0))
@@ -136,6 +148,7 @@ def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
 @state.recorder
 def _zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
     # _efficientzerotensor (autograd's zero gradients, e.g. sgn's): ordinary zeros on wse.
+    check_index(device)
     return empty_tensor(size, dtype)
 
 
