@@ -65,8 +65,8 @@ def _checked(name: str, value, where: str):
 
 class Config:
     def __init__(self):
-        env = os.environ.get
-        self.log = _channels(_checked("log", env("LAZYDEV_LOG", ""), "LAZYDEV_LOG={!r}"))
+        self.log = _channels(_checked("log", os.environ.get("LAZYDEV_LOG", ""),
+                                      "LAZYDEV_LOG={!r}"))
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         self.cache_dir = os.environ.get("LAZYDEV_CACHE_DIR") or os.path.join(base, "lazydev")
         self.disk_cache = os.environ.get("LAZYDEV_CACHE", "1") != "0"

@@ -195,7 +195,10 @@ def test_autocast_on_wse_warns_and_runs_in_full_precision():
     lambda: torch.arange(3, device="wse:2"), lambda: torch.eye(2, device="wse:1"),
     lambda: torch.randn(2, device=torch.device("wse", 1)),
     lambda: torch.arange(4.0).to("wse").to("wse:1"),
-    lambda: torch.nn.Linear(2, 2).to("wse:1")], ids=range(7))
+    lambda: torch.nn.Linear(2, 2).to("wse:1"),
+    lambda: torch.zeros_like(torch.ones(2).to("wse"), device="wse:1"),
+    lambda: torch.ones(2).to("wse").new_empty(3, device="wse:1"),
+    lambda: torch.ones(2).to("wse").new_full((3,), 1.0, device="wse:1")], ids=range(10))
 def test_a_wse_device_index_other_than_0_is_refused(make):
     """torch.wse.device_count() is 1: "wse:1" must not quietly mean wse:0."""
     with pytest.raises(RuntimeError, match="there is no wse:[12]: lazydev has one wse device"):

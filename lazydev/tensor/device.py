@@ -63,10 +63,14 @@ class _WseModule:
 
 
 def check_index(device) -> None:
-    """wse has one device, wse:0 (torch.wse.device_count()); "wse:1" must not quietly mean it."""
-    index = None if device is None else torch.device(device).index
-    if index not in (None, 0):
-        raise RuntimeError(f"there is no wse:{index}: lazydev has one wse device, wse:0 "
+    """wse has one device, wse:0 (torch.wse.device_count()); "wse:1" must not quietly mean it.
+    Called by the factory kernels below and, for every op with a `device` argument, by
+    tensor/dispatch.py (_one_device)."""
+    if device is None:
+        return
+    device = torch.device(device)
+    if device.type == "wse" and device.index not in (None, 0):
+        raise RuntimeError(f"there is no wse:{device.index}: lazydev has one wse device, wse:0 "
                            "(torch.wse.device_count() == 1); use device='wse'")
 
 

@@ -17,6 +17,7 @@ from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
 from . import foreach, replay
+from .device import check_index
 from .sparse import WseSparseTensor
 from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
                           write_tensor)
@@ -95,9 +96,21 @@ def _raise_deferred():
 
 def _choose(func):
     handler = _choose_handler(func)
-    if any(a.name == "layout" for a in func._schema.arguments):
-        return _strided_only(handler)
+    names = {a.name for a in func._schema.arguments}
+    if "layout" in names:
+        handler = _strided_only(handler)
+    if "device" in names:
+        handler = _one_device(handler)
     return handler
+
+
+def _one_device(handler):
+    """An op that takes a device (new_empty, zeros_like, _to_copy): wse:1 is refused, not
+    quietly made wse:0 (device.py check_index)."""
+    def run(func, args, kwargs):
+        check_index(kwargs.get("device"))
+        return handler(func, args, kwargs)
+    return run
 
 
 def _strided_only(handler):

@@ -10,7 +10,6 @@ import torch
 
 from .. import log
 from ..trace import build, meta, sync
-from .device import check_index
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
 from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write, write_tensor
 
@@ -51,7 +50,6 @@ def _to_copy(func, args, kwargs):
     dtype = kwargs.get("dtype") or x.dtype
     if device is not None and torch.device(device).type == "cpu":
         return to_cpu(x, reason="cpu").to(dtype)
-    check_index(device)
     if not isinstance(x, WseTensor):
         return _upload(x.to(dtype))
     kw = {k: v for k, v in kwargs.items() if k in ("dtype",)}
