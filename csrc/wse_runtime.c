@@ -269,6 +269,26 @@ int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64
   return rc;
 }
 
+/* ---- the device's C++ side for torch ----------------------------------------- */
+
+int wse_hooks_load(const char* path, char* errbuf, int errlen) {
+  /* csrc/wse_hooks.cpp, built by lazydev/compile/hooks.py against this torch. Never closed:
+     torch keeps pointers to the allocator and the hooks in it. */
+  dlerror();
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    copy_err(errbuf, errlen, "dlopen", path);
+    return -1;
+  }
+  int (*install)(void) = (int (*)(void))dlsym(h, "wse_install_hooks");
+  if (!install) {
+    copy_err(errbuf, errlen, "dlsym(wse_install_hooks) in", path);
+    dlclose(h);
+    return -2;
+  }
+  return install();
+}
+
 /* ---- BLAS ----------------------------------------------------------------- */
 
 int wse_blas_load(const char* path) {

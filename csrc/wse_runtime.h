@@ -37,6 +37,11 @@ void* wse_program_load(const char* so_path, char* errbuf, int errlen);
 int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
                       int64_t* errinfo, int32_t* next, int32_t* stop);
 
+/* Installs torch's PrivateUse1 allocator and hooks from the shared object at path
+   (csrc/wse_hooks.cpp): 0 ok, 1 only the allocator (hooks were registered before), -1 dlopen
+   failed, -2 symbol missing (the reason in errbuf). */
+int   wse_hooks_load(const char* path, char* errbuf, int errlen);
+
 /* ---- BLAS ----------------------------------------------------------------- */
 /* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol
    missing.  Without it the GEMM kernels fall back to a slow reference loop. */

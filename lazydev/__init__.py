@@ -10,9 +10,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from . import metrics  # noqa: E402
+from .compile import hooks as _hooks  # noqa: E402
 from .config import config  # noqa: E402
 from .tensor import device as _device  # noqa: E402
 
+# The C++ side first: torch keeps the first PrivateUse1 hooks it is given (Note [The device's
+# C++ side] in compile/hooks.py).
+_hooks.install()
 _device.register()
 
 from .tensor import special as _special  # noqa: E402,F401  (registers handlers)

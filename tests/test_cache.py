@@ -63,6 +63,17 @@ def test_two_processes_compiling_the_same_graph_at_once(tmp_path):
     assert all(e.get("sha256") for e in _entries(tmp_path))
 
 
+def test_without_a_cxx_compiler_lazydev_warns_once_and_still_runs(tmp_path):
+    """The device's hooks are lazydev's only C++ (Note [The device's C++ side]): with no C++
+    compiler the import says what goes without them, and steps run as before."""
+    proc = _run_script(tmp_path, {"CXX": "no-such-c++"})
+    with_cxx = _result(_run_script(tmp_path / "with"))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert err.count("could not build the wse device's C++ side") == 1
+    assert json.loads(out.strip().splitlines()[-1])["losses"] == with_cxx["losses"]
+
+
 def _entries(cache_dir):
     old = lazydev.config.cache_dir
     lazydev.config(cache_dir=str(cache_dir))

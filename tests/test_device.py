@@ -30,6 +30,37 @@ def test_factories():
     assert_same(torch.full((2, 2), 3.5, device="wse"), torch.full((2, 2), 3.5))
 
 
+def test_a_wse_generator_draws_what_the_cpu_generator_draws():
+    """torch.Generator(device="wse") raised NotImplementedError (the Python hooks have no
+    generator); wse's random ops draw from CPU generators, so it is one (Note [The device's C++
+    side] in lazydev/compile/hooks.py), and fork_rng(device_type="wse") restores the stream."""
+    g = torch.Generator(device="wse").manual_seed(7)
+    assert_same(torch.randn(3, 4, device="wse", generator=g),
+                torch.randn(3, 4, generator=torch.Generator().manual_seed(7)))
+    torch.manual_seed(3)
+    with torch.random.fork_rng(device_type="wse"):
+        inside = torch.rand(5, device="wse").cpu()
+    assert_same(torch.rand(5, device="wse"), inside)
+
+
+def test_pinning_host_memory_works_with_wse_the_current_accelerator():
+    """torch pins for the current accelerator, wse once lazydev is imported, and the Python
+    hooks raised NotImplementedError: DataLoader(pin_memory=True) and t.pin_memory() failed
+    even for CPU tensors. All host memory counts as pinned for wse (the device is host memory),
+    so pinning returns the tensor itself."""
+    from torch.utils.data import DataLoader, TensorDataset
+    x, y = torch.randn(8, 3), torch.arange(8)
+    seen = []
+    for xb, yb in DataLoader(TensorDataset(x, y), batch_size=4, pin_memory=True):
+        assert xb.is_pinned() and yb.is_pinned()
+        seen.append((xb.to("wse", non_blocking=True) * 2, yb.to("wse", non_blocking=True)))
+    assert_same([s[0] for s in seen], [x[:4] * 2, x[4:] * 2])
+    assert_same([s[1] for s in seen], [y[:4], y[4:]])
+    t = torch.randn(3)
+    assert t.pin_memory() is t
+    assert torch.empty(2, pin_memory=True).is_pinned()
+
+
 def test_print_shows_values_and_device():
     x = torch.tensor([[1.5, 2.0], [3.0, 4.0]]).to("wse")
     text = repr(x + 1)

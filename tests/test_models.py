@@ -144,8 +144,30 @@ def test_a_checkpoint_loads_straight_onto_wse(tmp_path, where):
 
 def test_set_with_a_storage_torch_load_did_not_make_says_what_to_do():
     a = torch.arange(8.0).to("wse")
-    with pytest.raises(RuntimeError, match="map_location='wse'.*t.set_\\(other\\)"):
+    with pytest.raises(RuntimeError, match="t.set_\\(other\\).*map_location='wse'"):
         torch.empty((0,), device="wse").set_(a.untyped_storage(), 2, (3,), (1,))
+    for read in (lambda s: s.tolist(), repr):
+        with pytest.raises(RuntimeError, match="t.cpu\\(\\).untyped_storage\\(\\)"):
+            read(a.untyped_storage())
+    assert_same(a, torch.arange(8.0))
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: torch.UntypedStorage(8, device="wse"),
+    lambda a: a.untyped_storage().clone(),
+    lambda a: a.untyped_storage().cpu(),
+    lambda a: a.untyped_storage().resize_(64),
+], ids=["new", "clone", "cpu", "resize_"])
+def test_storage_level_calls_raise_instead_of_crashing(make):
+    """PyTorch allocates a storage it makes itself through the device's registered allocator;
+    with none (a device registered from Python) torch.UntypedStorage(8, device="wse") and a wse
+    storage's clone() crashed the process with SIGSEGV (Note [The device's C++ side] in
+    lazydev/compile/hooks.py). They raise now, and the tensor keeps its values."""
+    a = torch.arange(8.0).to("wse")
+    with pytest.raises(RuntimeError, match="wse storage|invalid python storage"):
+        make(a)
+    assert torch.UntypedStorage(0, device="wse").nbytes() == 0
+    assert_same(a * 2, torch.arange(8.0) * 2)
 
 
 def test_gradient_accumulation_no_grad_and_retain_grad():

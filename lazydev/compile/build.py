@@ -37,13 +37,14 @@ class CompileError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_identity() -> str:
+def compiler_identity(cc: str = CC) -> str:
     """Compiler path, version line and binary identity: part of every cache key. The version
     is asked once per compiler binary and remembered next to the cache (starting gcc costs
     milliseconds that a warm start should not pay)."""
-    path = shutil.which(CC)
+    path = shutil.which(cc)
     if path is None:
-        raise CompileError(f"the C compiler {CC!r} was not found; install gcc or set CC")
+        raise CompileError(f"the compiler {cc!r} was not found; install gcc (g++ for C++) or "
+                           "set CC (CXX)")
     st = os.stat(os.path.realpath(path))
     stamp = f"{os.path.realpath(path)}|{st.st_size}|{int(st.st_mtime)}"
     memo = os.path.join(tempfile.gettempdir(), "lazydev-cc-" + hashlib.sha256(
@@ -54,9 +55,10 @@ def compiler_identity() -> str:
     except OSError:
         pass
     try:
-        out = subprocess.run([CC, "--version"], capture_output=True, text=True, check=True)
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
-        raise CompileError(f"the C compiler {CC!r} is not usable ({e}); install gcc or set CC") from e
+        raise CompileError(f"the compiler {cc!r} is not usable ({e}); install gcc (g++ for "
+                           "C++) or set CC (CXX)") from e
     ident = f"{stamp}|{out.stdout.splitlines()[0]}"
     with open(memo, "w") as f:
         f.write(ident)
@@ -95,7 +97,7 @@ def build(units: list, out_path: str) -> None:
             procs.append((subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), cmd))
             objs.append(obj)
         for proc, cmd in procs:
-            _check(proc.wait(), proc.stderr.read(), cmd)
+            check(proc.wait(), proc.stderr.read(), cmd)
         _run(objs, out_path, work)
     finally:
         if not os.environ.get("LAZYDEV_KEEP_C"):
@@ -113,10 +115,10 @@ def _run(inputs: list, out_path: str, work: str) -> None:
     tmp_so = os.path.join(work, "out.so")
     cmd = [CC, *FLAGS, *inputs, "-o", tmp_so, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    _check(proc.returncode, proc.stderr, cmd)
+    check(proc.returncode, proc.stderr, cmd)
     os.replace(tmp_so, out_path)       # atomic: readers see the old file or the whole new one
 
 
-def _check(returncode: int, stderr: str, cmd: list) -> None:
+def check(returncode: int, stderr: str, cmd: list) -> None:
     if returncode != 0:
-        raise CompileError(f"C compilation failed ({' '.join(cmd)}):\n{stderr[-4000:]}")
+        raise CompileError(f"compilation failed ({' '.join(cmd)}):\n{stderr[-4000:]}")

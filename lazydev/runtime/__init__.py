@@ -9,8 +9,10 @@ from .device import (
     DeviceOutOfMemoryError,
     Program,
     blas_library_path,
-    gemm_library_path,
     empty_cache,
+    gemm_library_path,
+    hooks_source,
+    install_hooks,
     memory_stats,
     prefix_source,
     reset_peak,
@@ -20,6 +22,6 @@ from .device import (
 
 __all__ = [
     "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "empty_cache",
-    "gemm_library_path", "memory_stats",
+    "gemm_library_path", "hooks_source", "install_hooks", "memory_stats",
     "prefix_source", "reset_peak", "set_capacity", "special_source",
 ]

@@ -28,6 +28,7 @@ lib = _lazydev_wse.lib
 __all__ = [
     "DeviceOutOfMemoryError", "Buffer", "Program", "empty_cache", "memory_stats", "set_capacity",
     "reset_peak", "prefix_source", "special_source", "blas_library_path", "gemm_library_path",
+    "hooks_source", "install_hooks",
 ]
 
 _ERRBUF_LEN = 4096
@@ -274,6 +275,23 @@ def special_source() -> str:
     """Text of csrc/wse_special.h (template body inlined) as embedded at build time: pasted
     after the prefix only into translation units that call a `wsesp_` function."""
     return ffi.string(lib.wse_special_source()).decode("utf-8")
+
+
+@functools.lru_cache(maxsize=None)
+def hooks_source() -> str:
+    """Text of csrc/wse_hooks.cpp as embedded at build time (built against torch by
+    lazydev/compile/hooks.py)."""
+    return ffi.string(lib.wse_hooks_source()).decode("utf-8")
+
+
+def install_hooks(so_path: str) -> bool:
+    """Load the built hooks and give them to torch: True when torch takes both the allocator
+    and the hooks, False when it had PrivateUse1 hooks already. Raises OSError."""
+    err = ffi.new("char[]", _ERRBUF_LEN)
+    rc = lib.wse_hooks_load(os.fsencode(so_path), err, _ERRBUF_LEN)
+    if rc < 0:
+        raise OSError(ffi.string(err).decode("utf-8", "replace"))
+    return rc == 0
 
 
 def _check_env_capacity() -> None:
