@@ -1,6 +1,8 @@
 """More models on wse against CPU: an LSTM language model, dropout with weight tying and gradient
 clipping, nn.TransformerEncoder, and state_dict / torch.save round trips."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -168,6 +170,50 @@ def test_storage_level_calls_raise_instead_of_crashing(make):
         make(a)
     assert torch.UntypedStorage(0, device="wse").nbytes() == 0
     assert_same(a * 2, torch.arange(8.0) * 2)
+
+
+def test_deepcopy_of_a_trained_model_and_its_optimizer():
+    """copy.deepcopy of a wse model (an EMA copy, the best weights so far) raised TypeError:
+    torch's deepcopy also copies a subclass's __dict__, lazydev's device buffer included. The
+    copy holds the values at the time of the copy, its parameters are Parameters (without
+    grads, as on the CPU), other tensors keep grads and attributes, and views of one storage
+    alias in it as on the CPU."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    made = {}
+    for dev in ("cpu", "wse"):
+        torch.manual_seed(1)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model(x.to(dev)).square().sum().backward()
+        opt.step()
+        made[dev] = model, copy.deepcopy(model), copy.deepcopy(opt)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()
+    (_, model_c, opt_c), (_, model_w, opt_w) = made["cpu"], made["wse"]
+    for pw, pc in zip(model_w.parameters(), model_c.parameters()):
+        assert isinstance(pw, nn.Parameter) and pw.requires_grad and pw.device.type == "wse"
+        assert_same(pw, pc)
+        assert pw.grad is None and pc.grad is None
+    assert_same(model_w(x.to("wse")), model_c(x))
+    for pw, pc in zip(opt_w.param_groups[0]["params"], opt_c.param_groups[0]["params"]):
+        assert_same(opt_w.state[pw]["momentum_buffer"], opt_c.state[pc]["momentum_buffer"])
+    a = torch.arange(6.0).to("wse")
+    c, d = copy.deepcopy((a, a[2:]))
+    c.add_(10)
+    assert_same(d, torch.arange(2.0, 6.0) + 10)
+    assert_same(a, torch.arange(6.0))
+    copies = []
+    for dev in ("cpu", "wse"):
+        t = torch.arange(3.0).to(dev).requires_grad_()
+        t.square().sum().backward()
+        t.note = "kept"
+        copies.append(copy.deepcopy(t))
+        with pytest.raises(RuntimeError, match="graph leaves"):
+            copy.deepcopy(t * 2)
+    assert copies[1].requires_grad and copies[1].note == copies[0].note
+    assert_same(copies[1].grad, copies[0].grad)
 
 
 def test_gradient_accumulation_no_grad_and_retain_grad():

@@ -6,6 +6,7 @@ different object would be lost): `_st` (the shared Storage, trace/state.py) and 
 """
 from __future__ import annotations
 
+import copy
 import warnings
 
 import torch
@@ -16,6 +17,7 @@ from ..trace.state import Storage
 
 WSE = torch.device("wse", 0)
 _STRIDES: dict = {}         # shape -> row-major strides
+_LAZY_STATE = frozenset(("_st", "_lz_meta", "_lz_full", "_lz_cache"))   # lazydev's, per tensor
 _AS_STRIDED, _SCATTER_STRIDED = Op.AS_STRIDED, Op.SCATTER_STRIDED    # see trace/state.py _DATA
 
 
@@ -142,6 +144,38 @@ class WseTensor(torch.Tensor):
         if self.requires_grad:
             cpu.requires_grad_()
         return cpu.__reduce_ex__(protocol)
+
+    def __deepcopy__(self, memo):
+        """copy.deepcopy (of a model: an EMA copy, the best weights so far) as on the CPU: a
+        copy of the whole storage, once per storage, so copies of views of one storage alias
+        again; a Parameter's copy is a Parameter without grad or attributes (as
+        nn.Parameter.__deepcopy__ makes), another tensor's keeps its grad and attributes.
+        Recorded, not run. torch's deepcopy would also deep-copy lazydev's state from
+        __dict__: TypeError on the device buffer."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol at the moment")
+        st = self._st
+        copied = memo.get(id(st))
+        if copied is None:
+            with torch.no_grad():
+                copied = WseTensor(st, (st.numel,), (1,), 0).clone()._st
+            memo[id(st)] = copied
+            memo.setdefault(id(memo), []).append(st)    # keep st alive: its id is a key
+        size, stride, offset = self._lz_meta[:3]
+        new = WseTensor(copied, size, stride, offset, self.requires_grad, self.dtype)
+        memo[id(self)] = new
+        if self.__dict__.get("_is_param"):     # a Parameter model.to("wse") swapped in place
+            new._is_param = True
+            return new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for k, v in self.__dict__.items():
+            if k not in _LAZY_STATE:
+                new.__dict__[k] = copy.deepcopy(v, memo)
+        return new
 
     def __bool__(self):
         return bool(to_cpu(self, reason="bool"))
