@@ -1,4 +1,5 @@
 """Reference training loops on wse against CPU eager (issue: the wse device, end to end)."""
+import contextlib
 import re
 
 import pytest
@@ -32,6 +33,35 @@ def test_switching_async_execution_between_steps_matches_cpu(monkeypatch, every)
     wse = train("cnn", "wse", steps=12, on_step=switch)
     worst = max(_rel(a, b) for a, b in zip(wse, cpu))
     assert worst <= 1e-4, (worst, wse, cpu)
+
+
+def test_torch_compile_of_a_wse_model_runs_it_as_written(monkeypatch):
+    """torch.compile(model) on a wse model failed inside dynamo (InternalTorchDynamoError);
+    dynamo now leaves wse frames alone, with one warning, and the steps match CPU eager (Note
+    [torch.compile on wse] in lazydev/tensor/wse_tensor.py)."""
+    from lazydev.tensor import wse_tensor
+    monkeypatch.setattr(wse_tensor, "_COMPILE_WARNED", [], raising=False)
+    torch._dynamo.reset()
+    losses = {}
+    for dev in ("cpu", "wse"):
+        torch.manual_seed(0)
+        model = MLP().to(dev)
+        run = torch.compile(model) if dev == "wse" else model
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        losses[dev] = []
+        for step in range(3):
+            x = torch.randn(16, 64, generator=torch.Generator().manual_seed(step))
+            with pytest.warns(UserWarning, match="torch.compile leaves") if (
+                    dev, step) == ("wse", 0) else contextlib.nullcontext():
+                loss = run(x.to(dev)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            lazydev.mark_step()
+            losses[dev].append(loss.item())
+    torch._dynamo.reset()
+    assert max(_rel(a, b) for a, b in zip(losses["wse"], losses["cpu"])) <= 1e-4, losses
+    assert lazydev.metrics.counters()["fallbacks"] == {}
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])

@@ -111,14 +111,14 @@ class WseTensor(torch.Tensor):
 
     # Being a "traceable wrapper subclass" makes nn.Module._apply swap converted parameters in
     # place (torch.utils.swap_tensors) instead of making new Parameter objects, which would
-    # untie shared weights (a head tied to an embedding) on model.to("wse").
+    # untie shared weights (a head tied to an embedding) on model.to("wse"). Unflattening is
+    # for PyTorch's compile stack only (Note [torch.compile on wse]).
     def __tensor_flatten__(self):
         return [], (self._st, self._lz_meta[:3], self._lz_meta[4])
 
     @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        storage, (size, stride, offset), dtype = ctx
-        return WseTensor(storage, size, stride, offset, dtype=dtype)
+        _refuse_compile_stack()
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -186,6 +186,30 @@ class WseTensor(torch.Tensor):
     def numpy(self, *args, **kwargs):
         raise TypeError("can't convert wse:0 device type tensor to numpy. Use Tensor.cpu() to "
                         "copy the tensor to host memory first.")
+
+
+# Note [torch.compile on wse]
+# Only PyTorch's compile stack (dynamo, AOT autograd, export) unflattens a traceable wrapper
+# subclass, to rebuild it around fake tensors, and a wse tensor has no inner tensors to fake:
+# torch.compile(model) on a wse model failed inside dynamo (InternalTorchDynamoError: `tensor`
+# needs to be a FakeTensor). lazydev records and compiles each step itself, so dynamo is told
+# to leave such a frame alone (skip_frame): the compiled model runs as written, recorded as
+# usual, with a warning that torch.compile adds only its own overhead here. Outside dynamo
+# (export, AOT autograd on wse inputs) the same exception says why.
+_COMPILE_WARNED = []
+
+
+def _refuse_compile_stack():
+    from torch._dynamo import exc
+    if not _COMPILE_WARNED:
+        _COMPILE_WARNED.append(True)
+        warnings.warn("lazydev: torch.compile leaves code that uses wse tensors as it is "
+                      "(lazydev records and compiles each step itself); call the model without "
+                      "torch.compile to save dynamo's overhead", stacklevel=2)
+    exc.unimplemented(gb_type="wse tensor", context="",
+                      explanation="lazydev records and compiles wse steps itself",
+                      hints=["Call the model without torch.compile on the wse device."],
+                      skip_frame=True)
 
 
 # Note [Complex storage]
