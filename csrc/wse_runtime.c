@@ -271,22 +271,25 @@ int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64
 
 /* ---- the device's C++ side for torch ----------------------------------------- */
 
-int wse_hooks_load(const char* path, char* errbuf, int errlen) {
+int wse_hooks_load(const char* path, int (*synchronize)(char*, int), char* errbuf, int errlen) {
   /* csrc/wse_hooks.cpp, built by lazydev/compile/hooks.py against this torch. Never closed:
-     torch keeps pointers to the allocator and the hooks in it. */
+     torch keeps pointers to the allocator, the guard and the hooks in it (which copy api). */
+  const wse_torch_api api = {wse_bytes_in_use, wse_peak_bytes, wse_cached_bytes, wse_capacity,
+                             wse_reset_peak, wse_empty_cache, synchronize};
   dlerror();
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     copy_err(errbuf, errlen, "dlopen", path);
     return -1;
   }
-  int (*install)(void) = (int (*)(void))dlsym(h, "wse_install_hooks");
+  int (*install)(const wse_torch_api*) =
+      (int (*)(const wse_torch_api*))dlsym(h, "wse_install_hooks");
   if (!install) {
     copy_err(errbuf, errlen, "dlsym(wse_install_hooks) in", path);
     dlclose(h);
     return -2;
   }
-  return install();
+  return install(&api);
 }
 
 /* ---- BLAS ----------------------------------------------------------------- */

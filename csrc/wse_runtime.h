@@ -7,6 +7,7 @@
 #define WSE_RUNTIME_H
 
 #include "wse_prefix.h"
+#include "wse_torch_api.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,10 +38,10 @@ void* wse_program_load(const char* so_path, char* errbuf, int errlen);
 int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
                       int64_t* errinfo, int32_t* next, int32_t* stop);
 
-/* Installs torch's PrivateUse1 allocator and hooks from the shared object at path
-   (csrc/wse_hooks.cpp): 0 ok, 1 only the allocator (hooks were registered before), -1 dlopen
-   failed, -2 symbol missing (the reason in errbuf). */
-int   wse_hooks_load(const char* path, char* errbuf, int errlen);
+/* Installs torch's PrivateUse1 allocator, device guard and hooks from the shared object at
+   path: 0 ok, 1 only the allocator (torch had a guard or hooks already), -1 dlopen failed, -2
+   symbol missing (the reason in errbuf). */
+int   wse_hooks_load(const char* path, int (*synchronize)(char*, int), char* errbuf, int errlen);
 
 /* ---- BLAS ----------------------------------------------------------------- */
 /* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol

@@ -15,8 +15,8 @@ from .config import config  # noqa: E402
 from .tensor import device as _device  # noqa: E402
 
 # The C++ side first: torch keeps the first PrivateUse1 hooks it is given (Note [The device's
-# C++ side] in compile/hooks.py).
-_hooks.install()
+# C++ side] in compile/hooks.py). Its synchronize is lazydev.wait, defined below.
+_hooks.install(lambda: wait())
 _device.register()
 
 from .tensor import special as _special  # noqa: E402,F401  (registers handlers)

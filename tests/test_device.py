@@ -61,6 +61,38 @@ def test_pinning_host_memory_works_with_wse_the_current_accelerator():
     assert torch.empty(2, pin_memory=True).is_pinned()
 
 
+def test_torch_accelerator_synchronizes_and_reports_the_runtime_memory():
+    """torch.accelerator.synchronize() raised (the Python device guard cannot synchronize) and
+    the memory functions failed an internal assert (no DeviceAllocator). They wait for the
+    queue, raising a failed program's error, and report the runtime's accounting (Note [The
+    device's C++ side] in lazydev/compile/hooks.py)."""
+    import lazydev.runtime as rt
+    from lazydev.runtime import queue
+    x = torch.randn(128, 128).to("wse")
+    y = (x @ x).relu().sum(0)
+    lazydev.mark_step()
+    torch.accelerator.synchronize()
+    assert all(t.done.is_set() for t in queue.EXEC._inflight)
+    stats = rt.memory_stats()
+    assert torch.accelerator.memory_allocated() == stats["bytes_in_use"] > 0
+    assert torch.accelerator.max_memory_allocated() == stats["peak_bytes"]
+    assert torch.accelerator.memory_reserved() == stats["bytes_in_use"] + stats["cached_bytes"]
+    free, total = torch.accelerator.get_memory_info()
+    assert total == stats["capacity"] and free == total - stats["bytes_in_use"]
+    del y
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()
+    torch.accelerator.empty_cache()
+    assert rt.memory_stats()["cached_bytes"] == 0
+    weight = torch.randn(4, 3)
+    out = torch.nn.functional.embedding(torch.tensor([0, 5]).to("wse"), weight.to("wse"))
+    lazydev.mark_step()
+    with pytest.raises(RuntimeError, match="IndexError: .*out of bounds"):
+        torch.accelerator.synchronize()
+    del out
+    torch.accelerator.synchronize()       # reported once, as lazydev.wait() does
+
+
 def test_print_shows_values_and_device():
     x = torch.tensor([[1.5, 2.0], [3.0, 4.0]]).to("wse")
     text = repr(x + 1)

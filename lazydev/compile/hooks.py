@@ -13,12 +13,19 @@ Some of what torch asks of a device it asks in C++, and a device registered from
   `DataLoader(..., pin_memory=True)` and `t.pin_memory()` failed even for CPU-only code. Ours
   count all host memory as pinned (the device is host memory). `torch.Generator(device="wse")`
   raised the same way; ours hands out the CPU's generators, which wse's random ops draw from.
+* The device-generic API, torch.accelerator: `synchronize()` raised (the Python device guard
+  cannot synchronize) and the memory functions (`memory_allocated`, `max_memory_allocated`,
+  `reset_peak_memory_stats`, `empty_cache`, `get_memory_info`) failed an internal assert (the
+  allocator was not a DeviceAllocator). Ours wait for the runtime's queue through a callback
+  into Python (lazydev.wait, whose error comes back as a RuntimeError with its text) and report
+  the runtime's accounting: allocated is the bytes of live device buffers, reserved adds the
+  freed blocks kept for reuse.
 So csrc/wse_hooks.cpp is compiled against torch's headers and libraries (2-5 s with g++ 12 on
 this 2-core VM), kept in the cache directory under a key of its source, torch's version, the
 compiler and the command, and loaded by every later import in milliseconds. It is installed
-before the Python side registers the device, whose own hooks then stand aside. It is not built
-at install time: that would put torch in pip's isolated build environment, a 760 MB install
-for every `pip install`.
+before the Python side registers the device, whose own hooks and guard then stand aside. It is
+not built at install time: that would put torch in pip's isolated build environment, a 760 MB
+install for every `pip install`.
 
 Without a C++ compiler or torch's headers lazydev still works, with the behaviour above as it
 was; the import warns once so that a crash in a storage call is not a mystery.
@@ -73,13 +80,14 @@ def _build(path: str) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def install() -> None:
-    """Give torch the wse allocator and hooks (building them on the first import)."""
+def install(synchronize) -> None:
+    """Give torch the wse allocator, device guard and hooks (building them on the first
+    import); `synchronize()` waits for the device's queued work."""
     try:
         path = _path()
         if not os.path.exists(path):
             _build(path)
-        install_hooks(path)
+        install_hooks(path, synchronize)
     except (build.CompileError, OSError) as e:
         warnings.warn("lazydev: could not build the wse device's C++ side, so storage-level "
                       "calls such as torch.UntypedStorage(n, device='wse') crash the process "

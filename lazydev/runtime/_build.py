@@ -36,7 +36,9 @@ void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
 int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo,
                         int32_t* next, int32_t* stop);
 int     wse_blas_load(const char* path);
-int     wse_hooks_load(const char* path, char* errbuf, int errlen);
+int     wse_hooks_load(const char* path, int (*synchronize)(char*, int), char* errbuf,
+                       int errlen);
+extern "Python" int wse_py_synchronize(char* errbuf, int errlen);
 int     wse_team_blas_load(const char* path);
 const char* wse_prefix_source(void);
 const char* wse_special_source(void);
@@ -96,7 +98,7 @@ static const char wse_hooks_text[] =
 const char* wse_hooks_source(void) { return wse_hooks_text; }
 """ % (c_string_literal(_read("wse_prefix.h")),
        c_string_literal(_inline_includes(_read("wse_special.h"))),
-       c_string_literal(_read("wse_hooks.cpp")))
+       c_string_literal(_inline_includes(_read("wse_hooks.cpp"))))
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(CDEF)
@@ -107,7 +109,8 @@ ffibuilder.set_source(
                                               "wse_sort.c")],
     include_dirs=[_CSRC],
     depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h", "wse_special.h",
-                                              "wse_special_t.h", "wse_hooks.cpp")],
+                                              "wse_special_t.h", "wse_hooks.cpp",
+                                              "wse_torch_api.h")],
     extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=gnu11"],
     extra_link_args=["-fopenmp", "-ldl"],
 )

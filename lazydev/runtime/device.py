@@ -284,11 +284,29 @@ def hooks_source() -> str:
     return ffi.string(lib.wse_hooks_source()).decode("utf-8")
 
 
-def install_hooks(so_path: str) -> bool:
-    """Load the built hooks and give them to torch: True when torch takes both the allocator
-    and the hooks, False when it had PrivateUse1 hooks already. Raises OSError."""
+_synchronize = []      # the device's wait (lazydev.wait), given to install_hooks
+
+
+@ffi.def_extern()
+def wse_py_synchronize(errbuf, errlen):
+    """torch.accelerator.synchronize() and the like, from csrc/wse_hooks.cpp: the error of a
+    failed program goes back as text, for the C++ side to raise (an exception cannot cross)."""
+    try:
+        _synchronize[0]()
+        return 0
+    except Exception as e:  # noqa: BLE001 - every failure is reported, none lost
+        text = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:errlen - 1]
+        ffi.memmove(errbuf, text + b"\0", len(text) + 1)
+        return 1
+
+
+def install_hooks(so_path: str, synchronize) -> bool:
+    """Load the built C++ side of the device and give it to torch, with `synchronize()` to
+    call for torch.accelerator.synchronize(): True when torch takes all of it, False when it
+    had PrivateUse1 hooks or a device guard already. Raises OSError."""
+    _synchronize[:] = [synchronize]
     err = ffi.new("char[]", _ERRBUF_LEN)
-    rc = lib.wse_hooks_load(os.fsencode(so_path), err, _ERRBUF_LEN)
+    rc = lib.wse_hooks_load(os.fsencode(so_path), lib.wse_py_synchronize, err, _ERRBUF_LEN)
     if rc < 0:
         raise OSError(ffi.string(err).decode("utf-8", "replace"))
     return rc == 0
