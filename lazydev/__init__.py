@@ -27,6 +27,7 @@ from .tensor import norm as _norm  # noqa: E402,F401  (registers the batch-norm 
 from .tensor import pairwise as _pairwise  # noqa: E402,F401  (_trilinear, cdist, pdist)
 from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, aa resize)
 from .tensor import ctc as _ctc  # noqa: E402,F401  (ctc_loss)
+from .tensor import rnn as _rnn  # noqa: E402,F401  (the fused GRU cell)
 from .tensor.wse_tensor import WseTensor  # noqa: E402
 from .trace import sync as _sync  # noqa: E402
 

@@ -216,6 +216,32 @@ def test_deepcopy_of_a_trained_model_and_its_optimizer():
     assert_same(copies[1].grad, copies[0].grad)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM, nn.RNN], ids=lambda c: c.__name__)
+def test_recurrent_layers_padded_and_packed_match_cpu(cell, packed):
+    """nn.GRU failed on wse (its fused cell is a CUDA kernel: no CPU or meta kernel), and a
+    packed sequence's batch_sizes came back on wse, which PackedSequence refuses (tensor/rnn.py).
+    Outputs, lengths and gradients of weights and input match the CPU, with no fallback."""
+    results = []
+    for dev in ("cpu", "wse"):
+        torch.manual_seed(0)
+        rnn = cell(4, 6, num_layers=2, batch_first=True).to(dev)
+        x = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(1)).to(dev)
+        x.requires_grad_()
+        if packed:
+            seq = nn.utils.rnn.pack_padded_sequence(x, torch.tensor([5, 3, 2]), batch_first=True)
+            out, _ = rnn(seq)
+            assert out.batch_sizes.device.type == "cpu"
+            out, lengths = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        else:
+            (out, _), lengths = rnn(x), None
+        out.square().sum().backward()
+        results.append((out, lengths, rnn.weight_hh_l0.grad, rnn.weight_ih_l1.grad, x.grad))
+    for got, want in zip(*reversed(results)):
+        assert_same(got, want)
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
 def test_gradient_accumulation_no_grad_and_retain_grad():
     w = torch.randn(5, 3)
     ww = w.to("wse").requires_grad_()
