@@ -242,6 +242,26 @@ def test_recurrent_layers_padded_and_packed_match_cpu(cell, packed):
     assert lazydev.metrics.counters()["fallbacks"] == {}
 
 
+def test_transformer_encoder_inference_with_a_padding_mask():
+    """nn.TransformerEncoder in eval mode under no_grad with a padding mask turned the batch
+    into a nested tensor, which failed on wse (NestedTensorImpl doesn't support sizes). It now
+    takes the dense path (Note [No nested tensors] in tensor/special.py): the CPU's values at
+    the real positions, and at every position those of the CPU's dense path."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 5, 32)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    out = {}
+    for dev, nested in (("cpu", True), ("cpu", False), ("wse", True)):
+        enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=nested).to(dev).eval()
+        with torch.no_grad():
+            out[dev, nested] = enc(x.to(dev), src_key_padding_mask=pad.to(dev))
+    assert_same(out["wse", True][~pad], out["cpu", True][~pad])
+    assert_same(out["wse", True], out["cpu", False])
+    with pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
+        torch._nested_tensor_from_mask(x.to("wse"), (~pad).to("wse"))
+
+
 def test_gradient_accumulation_no_grad_and_retain_grad():
     w = torch.randn(5, 3)
     ww = w.to("wse").requires_grad_()

@@ -260,4 +260,24 @@ def _rrelu_with_noise(func, args, kwargs):
     return dispatch(aten.mul.Tensor, (x, w), {})
 
 
+# Note [No nested tensors]
+# nn.TransformerEncoder in eval mode under no_grad, given a padding mask, asks
+# _nested_tensor_from_mask_left_aligned whether the batch can become a nested tensor (its
+# "sparsity fast path"), and if so runs the layers on one. wse has no nested tensors: the
+# conversion fell back to the CPU and failed ("NestedTensorImpl doesn't support sizes"). The
+# answer here is no, which sends the encoder down the dense path PyTorch takes in training or
+# with enable_nested_tensor=False: the same values at the real positions; at padded positions
+# the dense path's values where the nested path leaves zeros.
+@special(aten._nested_tensor_from_mask_left_aligned.default)
+def _no_nested_fast_path(func, args, kwargs):
+    return False
+
+
+@special(aten._nested_tensor_from_mask.default)
+def _nested_tensor_from_mask(func, args, kwargs):
+    raise NotImplementedError(
+        "wse has no nested tensors: build nn.TransformerEncoder with enable_nested_tensor=False "
+        "(or leave mask_check on) to run it on wse with a padding mask")
+
+
 from . import special_sort  # noqa: E402,F401  (sorting/selection handlers that read values)
