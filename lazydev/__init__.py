@@ -16,7 +16,7 @@ from .tensor import device as _device  # noqa: E402
 
 # The C++ side first: torch keeps the first PrivateUse1 hooks it is given (Note [The device's
 # C++ side] in compile/hooks.py). Its synchronize is lazydev.wait, defined below.
-_hooks.install(lambda: wait())
+_cpp_side = _hooks.install(lambda: wait())
 _device.register()
 
 from .tensor import special as _special  # noqa: E402,F401  (registers handlers)
@@ -29,7 +29,11 @@ from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, 
 from .tensor import ctc as _ctc  # noqa: E402,F401  (ctc_loss)
 from .tensor import rnn as _rnn  # noqa: E402,F401  (the fused GRU cell)
 from .tensor.wse_tensor import WseTensor  # noqa: E402
+from .tensor import dispatch as _dispatch  # noqa: E402
 from .trace import sync as _sync  # noqa: E402
+
+if _cpp_side:
+    _dispatch.raise_errors_in_backward()    # Note [Errors inside backward]
 
 
 def mark_step() -> None:

@@ -74,6 +74,19 @@ def test_without_a_cxx_compiler_lazydev_warns_once_and_still_runs(tmp_path):
     assert json.loads(out.strip().splitlines()[-1])["losses"] == with_cxx["losses"]
 
 
+def test_a_hooks_library_cut_short_is_built_again(tmp_path):
+    """The C++ side is kept in the cache directory; a copy cut short (a full disk) cannot be
+    loaded, and the next import builds it again instead of running without it."""
+    _result(_run_script(tmp_path))
+    (so,) = (tmp_path / "hooks").glob("*.so")
+    size = so.stat().st_size
+    so.write_bytes(so.read_bytes()[:1000])
+    proc = _run_script(tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "could not build" not in err and so.stat().st_size == size
+
+
 def _entries(cache_dir):
     old = lazydev.config.cache_dir
     lazydev.config(cache_dir=str(cache_dir))

@@ -195,6 +195,24 @@ def test_autograd_through_wse():
     assert_same(ww.grad, w.grad)
 
 
+def test_an_error_inside_backward_leaves_backward_as_on_the_cpu(monkeypatch):
+    """With lazydev's own device guard (Note [Errors inside backward]) an op that fails while
+    the autograd engine runs raises out of backward() itself, as on the CPU, instead of
+    returning zeros and raising at the next op; the process and the tensors live on."""
+    from lazydev.tensor import dispatch
+
+    def fails(func, args, kwargs):
+        raise ValueError("threshold_backward failed")
+    monkeypatch.setitem(dispatch._HANDLERS, torch.ops.aten.threshold_backward.default, fails)
+    x = torch.tensor([1.0, -2.0, 3.0]).to("wse").requires_grad_()
+    with pytest.raises(ValueError, match="threshold_backward failed"):
+        x.relu().sum().backward()
+    monkeypatch.undo()
+    assert_same((x * 2).detach(), torch.tensor([2.0, -4.0, 6.0]))
+    x.relu().sum().backward()
+    assert_same(x.grad, torch.tensor([1.0, 0.0, 1.0]))
+
+
 def test_a_long_elementwise_chain_compiles():
     # Fusion depth is bounded: a 500-op chain once overflowed the code generator's recursion.
     x = torch.linspace(-1, 1, 50)

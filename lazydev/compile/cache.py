@@ -62,12 +62,12 @@ def so_path(key: str) -> str:
     return os.path.join(config.cache_dir, key[:2], key + ".so")
 
 
-def _file_sha(path: str) -> str:
+def file_sha(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -80,7 +80,7 @@ def _valid(path: str) -> bool:
     try:
         with open(meta_path) as f:
             meta = json.load(f)
-        ok = os.path.getsize(path) == meta["size"] and _file_sha(path) == meta["sha256"]
+        ok = os.path.getsize(path) == meta["size"] and file_sha(path) == meta["sha256"]
     except (OSError, ValueError, KeyError):
         ok = False
     if not ok:
@@ -143,9 +143,9 @@ def load_or_build(source: list, load, summary: dict | None = None):
 def _record_and_publish(path: str, part: str, summary: dict) -> None:
     # The json describes the .so about to appear; write it first so a reader never finds a
     # .so without its checksum (it would take it for corrupt and rebuild: safe, only slower).
-    meta = dict(summary, sha256=_file_sha(part), size=os.path.getsize(part), built=time.time(),
+    meta = dict(summary, sha256=file_sha(part), size=os.path.getsize(part), built=time.time(),
                 command=" ".join(build.command("<source>.c", os.path.basename(path))))
-    _write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
+    write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
     os.replace(part, path)
 
 
@@ -242,7 +242,7 @@ def persist_stats(hits: int, misses: int, disk_hits: int) -> None:
         for k, v in (("memory_hits", hits), ("compilations", misses), ("disk_hits", disk_hits)):
             totals[k] = totals.get(k, 0) + v
         totals["processes"] = totals.get("processes", 0) + 1
-        _write_atomic(stats_path(), json.dumps(totals).encode())
+        write_atomic(stats_path(), json.dumps(totals).encode())
 
 
 def persisted_stats() -> dict:

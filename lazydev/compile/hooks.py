@@ -22,7 +22,8 @@ Some of what torch asks of a device it asks in C++, and a device registered from
   freed blocks kept for reuse.
 So csrc/wse_hooks.cpp is compiled against torch's headers and libraries (2-5 s with g++ 12 on
 this 2-core VM), kept in the cache directory under a key of its source, torch's version, the
-compiler and the command, and loaded by every later import in milliseconds. It is installed
+compiler and the command, beside its checksum (dlopen of a copy cut short dies of SIGBUS; a
+bad one is built again), and loaded by every later import in milliseconds. It is installed
 before the Python side registers the device, whose own hooks and guard then stand aside. It is
 not built at install time: that would put torch in pip's isolated build environment, a 760 MB
 install for every `pip install`.
@@ -43,7 +44,7 @@ import torch
 
 from ..config import config
 from ..runtime import hooks_source, install_hooks
-from . import build
+from . import build, cache
 
 CXX = os.environ.get("CXX", "g++")
 
@@ -75,21 +76,36 @@ def _build(path: str) -> None:
         cmd = _command(src, out)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         build.check(proc.returncode, proc.stderr, cmd)
+        # The checksum first: a reader that finds the new file with the old sum builds again.
+        cache.write_atomic(path + ".sha256", cache.file_sha(out).encode())
         os.replace(out, path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def install(synchronize) -> None:
+def _intact(path: str) -> bool:
+    """The library is there and whole: dlopen of a file cut short (a full disk, a copy
+    interrupted) kills the process with SIGBUS instead of failing."""
+    try:
+        with open(path + ".sha256") as f:
+            return f.read() == cache.file_sha(path)
+    except OSError:
+        return False
+
+
+def install(synchronize) -> bool:
     """Give torch the wse allocator, device guard and hooks (building them on the first
-    import); `synchronize()` waits for the device's queued work."""
+    import); `synchronize()` waits for the device's queued work. True when torch took all of
+    them."""
     try:
         path = _path()
-        if not os.path.exists(path):
+        if not _intact(path):
             _build(path)
-        install_hooks(path, synchronize)
+        return install_hooks(path, synchronize)
     except (build.CompileError, OSError) as e:
         warnings.warn("lazydev: could not build the wse device's C++ side, so storage-level "
-                      "calls such as torch.UntypedStorage(n, device='wse') crash the process "
-                      "and pin_memory() raises (install g++ and torch's headers to fix this): "
-                      f"{e}", RuntimeWarning, stacklevel=2)
+                      "calls such as torch.UntypedStorage(n, device='wse') crash the process, "
+                      "and pin_memory(), torch.Generator(device='wse') and torch.accelerator's "
+                      "synchronize and memory functions raise (install g++ and torch's headers "
+                      f"to fix this): {e}", RuntimeWarning, stacklevel=2)
+        return False

@@ -43,20 +43,29 @@ def dispatch(func, args, kwargs, handler=None):
     try:
         return handler(func, args, kwargs)
     except Exception as e:          # noqa: BLE001 - inside backward: deferred, see the note
-        if torch._C._current_graph_task_id() == -1:
+        if not _DEFER[0] or torch._C._current_graph_task_id() == -1:
             raise
         return _in_backward(e, func, args, kwargs)
 
 
 # Note [Errors inside backward]
-# An exception raised here while the autograd engine runs a C++ backward formula for a wse node
-# aborts the process: PyTorch's Python device guard calls into Python while the error is still
-# set (torch/csrc/acc/Module.cpp, PythonDeviceGuard::exchangeStream is noexcept). So inside a
-# backward pass an error is deferred: the op returns zeros of the right shape, and the error is
-# raised by the next wse op outside the backward pass (reading a gradient, an optimizer step).
-# Whether the op runs inside a backward pass is asked only when it raised (or an error waits):
-# the question costs a tenth of a microsecond, every op.
+# With PyTorch's Python device guard, an exception raised here while the autograd engine runs
+# a C++ backward formula for a wse node aborts the process: the guard calls into Python while
+# the error is still set (torch/csrc/acc/Module.cpp, PythonDeviceGuard::exchangeStream is
+# noexcept). So with that guard an error inside a backward pass is deferred: the op returns
+# zeros of the right shape, and the error is raised by the next wse op outside the backward
+# pass (reading a gradient, an optimizer step). lazydev's own guard (Note [The device's C++
+# side] in compile/hooks.py) never calls Python there, so with it (whenever it could be built)
+# the error is raised where it happened and leaves backward() as on the CPU. Whether the op
+# runs inside a backward pass is asked only when it raised (or an error waits): the question
+# costs a tenth of a microsecond, every op.
+_DEFER = [True]
 _deferred: list = []
+
+
+def raise_errors_in_backward() -> None:
+    """lazydev's device guard is installed: errors need not wait for the backward pass to end."""
+    _DEFER[0] = False
 
 
 class BackwardError(RuntimeError):
