@@ -28,6 +28,7 @@ from .tensor import pairwise as _pairwise  # noqa: E402,F401  (_trilinear, cdist
 from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, aa resize)
 from .tensor import ctc as _ctc  # noqa: E402,F401  (ctc_loss)
 from .tensor import rnn as _rnn  # noqa: E402,F401  (the fused GRU cell)
+from .tensor import transformer as _transformer  # noqa: E402,F401  (fused attention, inference)
 from .tensor.wse_tensor import WseTensor  # noqa: E402
 from .tensor import dispatch as _dispatch  # noqa: E402
 from .trace import sync as _sync  # noqa: E402

@@ -262,6 +262,37 @@ def test_transformer_encoder_inference_with_a_padding_mask():
         torch._nested_tensor_from_mask(x.to("wse"), (~pad).to("wse"))
 
 
+@pytest.mark.parametrize("masks", ["none", "padding", "causal", "both"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_attention_inference_kernels_run_on_wse(norm_first, masks):
+    """In eval mode without gradients nn.TransformerEncoderLayer and nn.MultiheadAttention
+    call fused kernels PyTorch has for the CPU and CUDA only; each call fell back to the CPU (a
+    sync per layer). tensor/transformer.py writes them in wse ops: the CPU's values, with the
+    attention weights (averaged or per head) and no fallback."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    causal = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
+    layer_masks = {"src_key_padding_mask": pad, "src_mask": causal}
+    keep = {"none": (), "padding": ("src_key_padding_mask",), "causal": ("src_mask",),
+            "both": tuple(layer_masks)}[masks]
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                       norm_first=norm_first, activation="gelu").eval()
+    mha = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    mha_masks = {"key_padding_mask": pad} if "src_key_padding_mask" in keep else {}
+    out = {}
+    for dev in ("cpu", "wse"):
+        on = {k: layer_masks[k].to(dev) for k in keep}
+        xd = x.to(dev)
+        with torch.inference_mode():
+            out[dev] = [layer.to(dev)(xd, **on)]
+            for avg in (True, False):
+                out[dev] += mha.to(dev)(xd, xd, xd, average_attn_weights=avg,
+                                        **{k: v.to(dev) for k, v in mha_masks.items()})
+    assert_same(out["wse"], out["cpu"])
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
 def test_gradient_accumulation_no_grad_and_retain_grad():
     w = torch.randn(5, 3)
     ww = w.to("wse").requires_grad_()
