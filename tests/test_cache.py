@@ -56,6 +56,23 @@ def test_second_process_compiles_nothing_and_starts_fast(tmp_path):
     # itself is measured by benchmarks/, not asserted (timed tests flake on a loaded machine).
 
 
+def test_a_program_in_several_units_compiles_without_leaking_pipes(monkeypatch, fresh_cache):
+    """Units compile in parallel, one gcc each; their stderr pipes were never closed, a
+    ResourceWarning per unit once collected (compile/build.py)."""
+    import gc
+    import warnings
+    from lazydev.compile import program
+    monkeypatch.setattr(program, "UNIT_LINES", 1)          # a unit per core even for this
+    x = torch.randn(64, 64)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        got = ((x.to("wse") @ x.to("wse")).relu().sum(0) + x.to("wse").sin()).cpu()
+        gc.collect()
+    torch.testing.assert_close(got, (x @ x).relu().sum(0) + x.sin())
+    assert lazydev.metrics.counters()["compilations"] >= 1
+    assert not [w for w in seen if "unclosed file" in str(w.message)]
+
+
 def test_two_processes_compiling_the_same_graph_at_once(tmp_path):
     procs = [_run_script(tmp_path) for _ in range(2)]
     a, b = (_result(p) for p in procs)

@@ -97,7 +97,8 @@ def build(units: list, out_path: str) -> None:
             procs.append((subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), cmd))
             objs.append(obj)
         for proc, cmd in procs:
-            check(proc.wait(), proc.stderr.read(), cmd)
+            _, err = proc.communicate()     # closes the pipe (else a ResourceWarning each unit)
+            check(proc.returncode, err, cmd)
         _run(objs, out_path, work)
     finally:
         if not os.environ.get("LAZYDEV_KEEP_C"):
