@@ -8,6 +8,12 @@ import lazydev
 # integers and bools are compared exactly.
 from lazydev.coverage import TOLERANCES  # noqa: E402
 
+# What the device's C++ side gives (Note [The device's C++ side] in lazydev/compile/hooks.py);
+# without g++ lazydev runs without it, and a storage call would crash the test process.
+needs_cpp_side = pytest.mark.skipif(
+    not lazydev._cpp_side, reason="lazydev's C++ side could not be built here (no g++ or no "
+    "torch headers): storage calls, pinning, wse generators and torch.accelerator need it")
+
 
 def assert_same(actual, expected):
     """Compare a wse result (or a CPU copy of one) with the eager CPU result."""

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import lazydev
-from conftest import assert_same
+from conftest import assert_same, needs_cpp_side
 
 
 def counters():
@@ -30,6 +30,7 @@ def test_factories():
     assert_same(torch.full((2, 2), 3.5, device="wse"), torch.full((2, 2), 3.5))
 
 
+@needs_cpp_side
 def test_a_wse_generator_draws_what_the_cpu_generator_draws():
     """torch.Generator(device="wse") raised NotImplementedError (the Python hooks have no
     generator); wse's random ops draw from CPU generators, so it is one (Note [The device's C++
@@ -43,6 +44,7 @@ def test_a_wse_generator_draws_what_the_cpu_generator_draws():
     assert_same(torch.rand(5, device="wse"), inside)
 
 
+@needs_cpp_side
 def test_pinning_host_memory_works_with_wse_the_current_accelerator():
     """torch pins for the current accelerator, wse once lazydev is imported, and the Python
     hooks raised NotImplementedError: DataLoader(pin_memory=True) and t.pin_memory() failed
@@ -61,6 +63,7 @@ def test_pinning_host_memory_works_with_wse_the_current_accelerator():
     assert torch.empty(2, pin_memory=True).is_pinned()
 
 
+@needs_cpp_side
 def test_torch_accelerator_synchronizes_and_reports_the_runtime_memory():
     """torch.accelerator.synchronize() raised (the Python device guard cannot synchronize) and
     the memory functions failed an internal assert (no DeviceAllocator). They wait for the
@@ -195,6 +198,7 @@ def test_autograd_through_wse():
     assert_same(ww.grad, w.grad)
 
 
+@needs_cpp_side
 def test_an_error_inside_backward_leaves_backward_as_on_the_cpu(monkeypatch):
     """With lazydev's own device guard (Note [Errors inside backward]) an op that fails while
     the autograd engine runs raises out of backward() itself, as on the CPU, instead of

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import lazydev
-from conftest import assert_same
+from conftest import assert_same, needs_cpp_side
 
 
 class LSTMLM(nn.Module):
@@ -154,6 +154,7 @@ def test_set_with_a_storage_torch_load_did_not_make_says_what_to_do():
     assert_same(a, torch.arange(8.0))
 
 
+@needs_cpp_side
 @pytest.mark.parametrize("make", [
     lambda a: torch.UntypedStorage(8, device="wse"),
     lambda a: a.untyped_storage().clone(),

@@ -188,12 +188,12 @@ def _set_storage_(func, args, kwargs):
     t, storage = args[0], args[1]
     host = getattr(storage, "_lz_host", None)
     if host is None:
-        # Also what a wse tensor's own storage's methods (tolist, share_memory_, printing)
-        # reach: torch implements them as set_ on an empty tensor.
+        # Also what a wse tensor's own storage's reading methods (tolist, printing) reach:
+        # torch implements them as set_ on an empty tensor.
         raise RuntimeError(
             "a wse storage holds no values (a wse tensor's values live in the lazydev "
-            "runtime's buffers), so set_ with it and the storage's own methods (tolist, "
-            "share_memory_, printing) do not work; use the tensor: t.cpu().untyped_storage() "
+            "runtime's buffers), so set_ with it and the storage's reading methods (tolist, "
+            "printing) do not work; use the tensor: t.cpu().untyped_storage() "
             "for its bytes, t.set_(other) or a view of other to share another wse tensor's "
             "values. Only the storages torch.load(..., map_location='wse') makes can be set_ "
             "from")
