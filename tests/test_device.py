@@ -35,6 +35,9 @@ def test_a_wse_generator_draws_what_the_cpu_generator_draws():
     """torch.Generator(device="wse") raised NotImplementedError (the Python hooks have no
     generator); wse's random ops draw from CPU generators, so it is one (Note [The device's C++
     side] in lazydev/compile/hooks.py), and fork_rng(device_type="wse") restores the stream."""
+    torch.wse.manual_seed(5)
+    drawn = torch.randn(4, device="wse")
+    assert_same(drawn, torch.randn(4, generator=torch.Generator().manual_seed(5)))
     g = torch.Generator(device="wse").manual_seed(7)
     assert_same(torch.randn(3, 4, device="wse", generator=g),
                 torch.randn(3, 4, generator=torch.Generator().manual_seed(7)))
@@ -82,6 +85,9 @@ def test_torch_accelerator_synchronizes_and_reports_the_runtime_memory():
     assert torch.accelerator.memory_reserved() == stats["bytes_in_use"] + stats["cached_bytes"]
     free, total = torch.accelerator.get_memory_info()
     assert total == stats["capacity"] and free == total - stats["bytes_in_use"]
+    assert torch.wse.memory_allocated() == stats["bytes_in_use"]      # CUDA's names too
+    assert torch.wse.max_memory_allocated() == stats["peak_bytes"]
+    assert torch.wse.mem_get_info() == (free, total)
     del y
     torch.accelerator.reset_peak_memory_stats()
     assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()

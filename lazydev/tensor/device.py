@@ -53,6 +53,21 @@ class _WseModule:
         from .. import wait
         wait()
 
+    # torch.cuda's memory functions under their CUDA names, for code that calls them on the
+    # device module (torch.get_device_module("wse")): torch.accelerator's, which read the
+    # runtime's accounting through the C++ side (Note [The device's C++ side]).
+    memory_allocated = staticmethod(torch.accelerator.memory_allocated)
+    max_memory_allocated = staticmethod(torch.accelerator.max_memory_allocated)
+    memory_reserved = staticmethod(torch.accelerator.memory_reserved)
+    memory_stats = staticmethod(torch.accelerator.memory_stats)
+    reset_peak_memory_stats = staticmethod(torch.accelerator.reset_peak_memory_stats)
+    empty_cache = staticmethod(torch.accelerator.empty_cache)
+    mem_get_info = staticmethod(torch.accelerator.get_memory_info)
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        torch.manual_seed(seed)     # the CPU generator is wse's (see manual_seed_all)
+
     @staticmethod
     def get_amp_supported_dtype():
         # No dtypes: wse has no lower-precision kernels to cast to, so torch.autocast("wse", ...)
