@@ -11,6 +11,7 @@ import torch
 import lazydev
 from lazydev.compile import RecompileLimitError, cache
 from lazydev.trace.sync import StrictSyncError
+from conftest import needs_cpp_side
 
 SCRIPT = textwrap.dedent("""
     import json, time, torch, lazydev
@@ -91,6 +92,7 @@ def test_without_a_cxx_compiler_lazydev_warns_once_and_still_runs(tmp_path):
     assert json.loads(out.strip().splitlines()[-1])["losses"] == with_cxx["losses"]
 
 
+@needs_cpp_side
 def test_a_hooks_library_cut_short_is_built_again(tmp_path):
     """The C++ side is kept in the cache directory; a copy cut short (a full disk) cannot be
     loaded, and the next import builds it again instead of running without it."""
