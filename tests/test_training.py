@@ -35,12 +35,10 @@ def test_switching_async_execution_between_steps_matches_cpu(monkeypatch, every)
     assert worst <= 1e-4, (worst, wse, cpu)
 
 
-def test_torch_compile_of_a_wse_model_runs_it_as_written(monkeypatch):
+def test_torch_compile_of_a_wse_model_runs_it_as_written():
     """torch.compile(model) on a wse model failed inside dynamo (InternalTorchDynamoError);
     dynamo now leaves wse frames alone, with one warning, and the steps match CPU eager (Note
     [torch.compile on wse] in lazydev/tensor/wse_tensor.py)."""
-    from lazydev.tensor import wse_tensor
-    monkeypatch.setattr(wse_tensor, "_COMPILE_WARNED", [], raising=False)
     torch._dynamo.reset()
     losses = {}
     for dev in ("cpu", "wse"):

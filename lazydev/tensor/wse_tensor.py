@@ -11,6 +11,7 @@ import warnings
 
 import torch
 
+from .. import metrics
 from ..trace import build, state, sync
 from ..trace.ir import Node, Op
 from ..trace.state import Storage
@@ -196,16 +197,11 @@ class WseTensor(torch.Tensor):
 # to leave such a frame alone (skip_frame): the compiled model runs as written, recorded as
 # usual, with a warning that torch.compile adds only its own overhead here. Outside dynamo
 # (export, AOT autograd on wse inputs) the same exception says why.
-_COMPILE_WARNED = []
-
-
 def _refuse_compile_stack():
     from torch._dynamo import exc
-    if not _COMPILE_WARNED:
-        _COMPILE_WARNED.append(True)
-        warnings.warn("lazydev: torch.compile leaves code that uses wse tensors as it is "
-                      "(lazydev records and compiles each step itself); call the model without "
-                      "torch.compile to save dynamo's overhead", stacklevel=2)
+    metrics.warn_once("torch.compile", "lazydev: torch.compile leaves code that uses wse "
+                      "tensors as it is (lazydev records and compiles each step itself); call "
+                      "the model without torch.compile to save dynamo's overhead")
     exc.unimplemented(gb_type="wse tensor", context="",
                       explanation="lazydev records and compiles wse steps itself",
                       hints=["Call the model without torch.compile on the wse device."],
