@@ -49,8 +49,13 @@ def key_parts(source) -> list:
 
 
 def content_key(source) -> str:
+    return digest(key_parts(source))
+
+
+def digest(parts: list) -> str:
+    """sha256 of named (name, text) parts: what a cached build's key is made of."""
     h = hashlib.sha256()
-    for name, part in key_parts(source):
+    for name, part in parts:
         h.update(name.encode())
         h.update(b"\0")
         h.update(part.encode())

@@ -33,7 +33,6 @@ was; the import warns once so that a crash in a storage call is not a mystery.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -59,10 +58,13 @@ def _command(src: str, out: str) -> list[str]:
 
 
 def _path() -> str:
-    parts = [hooks_source(), torch.__version__, build.compiler_identity(CXX),
-             " ".join(_command("<src>", "<out>"))]
-    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-    return os.path.join(config.cache_dir, "hooks", f"wse_hooks-{key}.so")
+    key = cache.digest([
+        ("source", hooks_source()),
+        ("torch_version", torch.__version__),
+        ("compiler", build.compiler_identity(CXX)),
+        ("command", " ".join(_command("<src>", "<out>"))),
+    ])
+    return os.path.join(config.cache_dir, "hooks", f"wse_hooks-{key[:32]}.so")
 
 
 def _build(path: str) -> None:
