@@ -181,9 +181,10 @@ def _copy_from(src, dst, non_blocking=False):
 
 # Note [Loading onto wse]
 # torch.load(f, map_location="wse") moves each saved storage with storage.to("wse"), which needs
-# a device allocator; PrivateUse1 has none from Python (torch.UntypedStorage(n, device="wse")
-# crashes the process), and PyTorch's own path stops earlier with an AttributeError, as
-# _WseModule has no `device` context (with one, storage.to("wse") would go on to that crash).
+# a device allocator that gives memory; lazydev's refuses (Note [The device's C++ side] in
+# compile/hooks.py), and without its C++ side PrivateUse1 has none at all (the process
+# crashes). PyTorch's own path stops earlier with an AttributeError, as _WseModule has no
+# `device` context (with one, storage.to("wse") would go on to that allocator).
 # So our deserializer, ahead of PyTorch's generic one, returns a storage that only says "wse":
 # the loaded CPU bytes' pointer with device wse, no owner, the CPU storage kept alive beside it.
 # Every tensor torch.load rebuilds on it calls set_(storage, offset, size, stride), and
