@@ -177,10 +177,10 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, cont
     return result
 
 
-def queued_references() -> dict:
-    """{id(buffer): references} that queued, unfinished runs hold (Note [Donation]); read the
-    refcounts first (ExecQueue.held)."""
-    return EXEC.held()
+def references(buffers: list) -> list:
+    """Per buffer, the references to it outside `buffers` and the queued runs, which finish
+    before any program queued after them (Note [Donation])."""
+    return EXEC.references(buffers)
 
 
 def held_for_debug(buf) -> bool:

@@ -403,10 +403,11 @@ class Run:
                                  self._stop)
         if rc == PAUSED:
             return False
+        # Never resumed after this: let the buffers go (the queue's ticket holds them until
+        # it lets go, counted, ExecQueue.references). Its position stays, to say which
+        # outputs it had written (Note [Early reads] in compile/passes.py).
+        self._keep = None
         if rc != 0:
-            # Never resumed after this: let the buffers go. Its position stays, to say which
-            # outputs it had written (Note [Early reads] in compile/passes.py).
-            self._keep = None
             raise _program_error(rc, self._err)
         return True
 

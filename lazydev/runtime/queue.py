@@ -124,15 +124,27 @@ class ExecQueue:
         self._inflight: list = []       # tickets submitted, maybe not yet run
         self._worker_job = None         # the job the worker is running
 
-    def held(self) -> dict:
-        """{id(obj): references to obj} held for jobs not yet finished: their buffer lists and
-        undo records, counted in one pass (a step asks about every parameter and optimizer
-        state it updates; asking job by job for each cost 3 ms a step with a transformer's
-        program in flight). A job that finishes meanwhile only drops references, so a caller
-        that reads refcounts first and this second never undercounts other holders."""
+    def references(self, objs: list) -> list:
+        """Per object of `objs`, the references to it outside `objs` and the jobs not yet
+        finished (their buffer lists and undo records). Counted under the lock the worker
+        lets go of a job's references under: a job finishing between a refcount and the
+        count of its jobs' references would make a sole holder look shared (CI caught a
+        parameter not donated). One pass over the jobs: a step asks about every parameter
+        and optimizer state it updates, and asking job by job cost 3 ms a step with a
+        transformer's program in flight."""
+        listed = collections.Counter(map(id, objs))
+        with self._lock:
+            queued = self._held()
+            # getrefcount's own argument and the comprehension's name: 2 more
+            return [sys.getrefcount(o) - 2 - listed[id(o)] - queued.get(id(o), 0)
+                    for o in objs]
+
+    def _held(self) -> dict:
+        """{id(obj): references to obj} held for jobs not yet finished (caller holds the
+        lock)."""
         counts: dict = {}
         get = counts.get
-        for t in list(self._inflight):
+        for t in self._inflight:
             holds, context = t.holds, t.context
             if t.done.is_set():
                 continue
@@ -241,15 +253,15 @@ class ExecQueue:
         if not finished:
             self._release((job, ticket), handed=bool(until) and job.reached(until))
             return
-        if ticket.error is not None:    # its job stays: how far it got (Note [Early reads])
-            with self._lock:
+        job = None              # holds no buffers once run (Run.resume): the ticket does
+        with self._lock:        # counted under it (references)
+            if ticket.error is not None:    # its job stays: how far it got (Note [Early reads])
                 self._unreported.append(ticket)
-        else:
-            # The undo record holds the buffers this run replaced; once it succeeded they
-            # are garbage (kept, each run would keep its predecessors' buffers alive).
-            ticket.context = ticket.job = None
-        ticket.holds = None
-        job = None
+            else:
+                # The undo record holds the buffers this run replaced; once it succeeded they
+                # are garbage (kept, each run would keep its predecessors' buffers alive).
+                ticket.context = ticket.job = None
+            ticket.holds = None
         self._finish(ticket)
 
     def _await(self, target: Ticket, calls: int | None = None) -> None:

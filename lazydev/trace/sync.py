@@ -141,10 +141,10 @@ def _run(pending, tr, reason, where) -> None:
 # loss read one step late.
 
 
-# References to a buffer that only its storage holds: the storage, the trace's input list, the
-# local name below and getrefcount's own argument. Queued runs hold their buffers too; they
-# run before this program, so those references do not count (EXEC.held).
-_SOLE_REFS = 4
+# References to a buffer that only its storage holds: the storage and the trace's input list.
+# Queued runs hold their buffers too; they run before this program, so those references do not
+# count (ExecQueue.references).
+_SOLE_REFS = 2
 
 
 def _donations(pending, tr) -> tuple:
@@ -152,16 +152,13 @@ def _donations(pending, tr) -> tuple:
     buffer: one this trace reads and nothing else holds (no other storage, no host read, not
     lazydev.debug), apart from queued runs, which finish first (Note [Donation] in
     compile/program.py)."""
-    refs = []
-    for i, st in enumerate(pending):
-        buf = st.buf
-        if buf is not None and st._slot_trace == tr.id and not _compile.held_for_debug(buf):
-            refs.append((i, st, sys.getrefcount(buf)))
-    if not refs:
+    reads = [(i, st) for i, st in enumerate(pending)
+             if st.buf is not None and st._slot_trace == tr.id
+             and not _compile.held_for_debug(st.buf)]
+    if not reads:
         return ()
-    queued = _compile.queued_references()      # after the refcounts (ExecQueue.held)
-    return tuple((i, st._slot) for i, st, n in refs
-                 if n - queued.get(id(st.buf), 0) <= _SOLE_REFS)
+    refs = _compile.references([st.buf for _, st in reads])
+    return tuple((i, st._slot) for (i, st), n in zip(reads, refs) if n <= _SOLE_REFS)
 
 
 def _revert(pending, error) -> None:
