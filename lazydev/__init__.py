@@ -17,7 +17,7 @@ from .tensor import device as _device  # noqa: E402
 # The C++ side first: torch keeps the first PrivateUse1 hooks it is given (Note [The device's
 # C++ side] in compile/hooks.py). Its synchronize is lazydev.wait, defined below.
 _cpp_side = _hooks.install(lambda: wait())
-_device.register()
+_device.register(amp_dtypes=_hooks.autocast_dtypes)
 
 from .tensor import special as _special  # noqa: E402,F401  (registers handlers)
 from .tensor import vjp as _vjp  # noqa: E402,F401  (registers the traced backward handlers)

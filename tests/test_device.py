@@ -259,28 +259,6 @@ def test_detach_and_alias_share_the_storage_and_keep_the_view():
     assert not d.requires_grad and p.requires_grad
 
 
-def test_autocast_on_wse_warns_and_runs_in_full_precision():
-    """wse has no lower-precision kernels: torch.autocast("wse") warns and is off (PyTorch's
-    own rule for a dtype a device does not list), and ops under autocast's key run uncast; both
-    used to fail at the first op (no kernel for the AutocastPrivateUse1 key)."""
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(16, 4)
-    x = torch.randn(3, 16)
-    want = lin(x)
-    lin = lin.to("wse")
-    with pytest.warns(UserWarning, match="In wse autocast, but the target dtype is not supported"):
-        with torch.autocast(device_type="wse", dtype=torch.bfloat16):
-            y = lin(x.to("wse"))
-    assert y.dtype == torch.float32
-    torch.testing.assert_close(y.cpu(), want, rtol=1e-5, atol=1e-6)
-    torch.set_autocast_enabled("wse", True)
-    try:
-        y = lin(x.to("wse"))
-    finally:
-        torch.set_autocast_enabled("wse", False)
-    torch.testing.assert_close(y.cpu(), want, rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize("make", [
     lambda: torch.ones(3).to("wse:1"), lambda: torch.ones(3, device="wse:1"),
     lambda: torch.arange(3, device="wse:2"), lambda: torch.eye(2, device="wse:1"),

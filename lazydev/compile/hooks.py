@@ -41,8 +41,9 @@ import warnings
 
 import torch
 
+from .. import log
 from ..config import config
-from ..runtime import hooks_source, install_hooks
+from ..runtime import autocast_source, hooks_source, install_hooks, load_torch_library
 from . import build, cache
 
 CXX = os.environ.get("CXX", "g++")
@@ -57,24 +58,39 @@ def _command(src: str, out: str) -> list[str]:
             "-ltorch_cpu", f"-Wl,-rpath,{libdir}"]
 
 
-def _path() -> str:
+# The libraries built here: name -> the text of its source.
+_SOURCES = {"wse_hooks": hooks_source, "wse_autocast": autocast_source}
+
+
+def _path(name: str) -> str:
     key = cache.digest([
-        ("source", hooks_source()),
+        ("source", _SOURCES[name]()),
         ("torch_version", torch.__version__),
         ("compiler", build.compiler_identity(CXX)),
         ("command", " ".join(_command("<src>", "<out>"))),
     ])
-    return os.path.join(config.cache_dir, "hooks", f"wse_hooks-{key[:32]}.so")
+    return os.path.join(config.cache_dir, "hooks", f"{name}-{key[:32]}.so")
 
 
-def _build(path: str) -> None:
+def _built(name: str, announce: str = "") -> str:
+    """The path of library `name`, built first (saying `announce` in the compile-cache log)
+    unless the cache holds it whole."""
+    path = _path(name)
+    if not _intact(path):
+        if announce:
+            log.emit("cache", announce)
+        _build(name, path)
+    return path
+
+
+def _build(name: str, path: str) -> None:
     """Compile into `path`, which appears whole or not at all (two processes may race)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     work = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".build-")
     try:
-        src, out = os.path.join(work, "wse_hooks.cpp"), os.path.join(work, "out.so")
+        src, out = os.path.join(work, f"{name}.cpp"), os.path.join(work, "out.so")
         with open(src, "w") as f:
-            f.write(hooks_source())
+            f.write(_SOURCES[name]())
         cmd = _command(src, out)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         build.check(proc.returncode, proc.stderr, cmd)
@@ -100,10 +116,7 @@ def install(synchronize) -> bool:
     import); `synchronize()` waits for the device's queued work. True when torch took all of
     them."""
     try:
-        path = _path()
-        if not _intact(path):
-            _build(path)
-        return install_hooks(path, synchronize)
+        return install_hooks(_built("wse_hooks"), synchronize)
     except (build.CompileError, OSError) as e:
         warnings.warn("lazydev: could not build the wse device's C++ side, so storage-level "
                       "calls such as torch.UntypedStorage(n, device='wse') crash the process, "
@@ -111,3 +124,39 @@ def install(synchronize) -> bool:
                       "synchronize and memory functions raise (install g++ and torch's headers "
                       f"to fix this): {e}", RuntimeWarning, stacklevel=2)
         return False
+
+
+# Note [Autocast on wse]
+# torch.autocast("wse", dtype=...) casts by the kernels registered for AutocastPrivateUse1, and
+# PyTorch registers none for it: autocast warned "the target dtype is not supported" and ran
+# the block in float32. csrc/wse_autocast.cpp registers PyTorch's own policies, CUDA's op
+# lists, which autocast_mode.h shares with other backends: matmuls and convolutions in the
+# lower precision, softmax, norms and losses in float32, mixed inputs promoted; casts of
+# float32 weights are cached for the block, as on CUDA. (The CPU's lists differ: a model
+# autocast on wse computes what it would compute autocast on a GPU.) wse's kernels take
+# float16 and bfloat16 alike. Built at the first torch.autocast("wse"), not at import: its
+# ATen headers take 15-25 s to compile on this 2-core VM, against 3-4 s for the device's
+# hooks, and most programs never autocast. Without a C++ compiler autocast stays off, with
+# PyTorch's warning and ours.
+
+_autocast_loaded: list = []     # [dtypes] once decided, for this process
+
+
+def autocast_dtypes() -> list:
+    """The dtypes torch.autocast("wse") casts to: float16 and bfloat16 once the policies are
+    loaded (built on the first call, Note [Autocast on wse]), none if they cannot be."""
+    if not _autocast_loaded:
+        _autocast_loaded.append(_load_autocast())
+    return _autocast_loaded[0]
+
+
+def _load_autocast() -> list:
+    try:
+        load_torch_library(_built("wse_autocast", "building torch.autocast's policies for "
+                                  "wse, once per cache directory (15-25 s)"))
+    except (build.CompileError, OSError) as e:
+        warnings.warn("lazydev: could not build torch.autocast's policies for wse, so autocast "
+                      "stays off and the block runs in float32 (install g++ and torch's "
+                      f"headers to fix this): {e}", RuntimeWarning, stacklevel=3)
+        return []
+    return [torch.float16, torch.bfloat16]

@@ -8,11 +8,13 @@ from .device import (
     Buffer,
     DeviceOutOfMemoryError,
     Program,
+    autocast_source,
     blas_library_path,
     empty_cache,
     gemm_library_path,
     hooks_source,
     install_hooks,
+    load_torch_library,
     memory_stats,
     prefix_source,
     reset_peak,
@@ -21,7 +23,8 @@ from .device import (
 )
 
 __all__ = [
-    "Buffer", "DeviceOutOfMemoryError", "Program", "blas_library_path", "empty_cache",
-    "gemm_library_path", "hooks_source", "install_hooks", "memory_stats",
+    "Buffer", "DeviceOutOfMemoryError", "Program", "autocast_source", "blas_library_path",
+    "empty_cache", "gemm_library_path", "hooks_source", "install_hooks", "load_torch_library",
+    "memory_stats",
     "prefix_source", "reset_peak", "set_capacity", "special_source",
 ]

@@ -43,6 +43,7 @@ int     wse_team_blas_load(const char* path);
 const char* wse_prefix_source(void);
 const char* wse_special_source(void);
 const char* wse_hooks_source(void);
+const char* wse_autocast_source(void);
 void    wse_warmup(void);
 void    wse_serial_thread(void);
 """
@@ -96,9 +97,15 @@ static const char wse_hooks_text[] =
 %s;
 
 const char* wse_hooks_source(void) { return wse_hooks_text; }
+
+static const char wse_autocast_text[] =
+%s;
+
+const char* wse_autocast_source(void) { return wse_autocast_text; }
 """ % (c_string_literal(_read("wse_prefix.h")),
        c_string_literal(_inline_includes(_read("wse_special.h"))),
-       c_string_literal(_inline_includes(_read("wse_hooks.cpp"))))
+       c_string_literal(_inline_includes(_read("wse_hooks.cpp"))),
+       c_string_literal(_read("wse_autocast.cpp")))
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(CDEF)
@@ -110,7 +117,7 @@ ffibuilder.set_source(
     include_dirs=[_CSRC],
     depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_prefix.h", "wse_special.h",
                                               "wse_special_t.h", "wse_hooks.cpp",
-                                              "wse_torch_api.h")],
+                                              "wse_torch_api.h", "wse_autocast.cpp")],
     extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=gnu11"],
     extra_link_args=["-fopenmp", "-ldl"],
 )

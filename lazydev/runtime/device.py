@@ -284,6 +284,18 @@ def hooks_source() -> str:
     return ffi.string(lib.wse_hooks_source()).decode("utf-8")
 
 
+def autocast_source() -> str:
+    """Text of csrc/wse_autocast.cpp as embedded at build time (built against torch by
+    lazydev/compile/hooks.py)."""
+    return ffi.string(lib.wse_autocast_source()).decode("utf-8")
+
+
+def load_torch_library(so_path: str) -> None:
+    """Load a library of kernels registered with torch (its static initialisers register them);
+    never unloaded, since torch's dispatcher keeps pointers into it. Raises OSError."""
+    torch.ops.load_library(so_path)
+
+
 _synchronize = []      # the device's wait (lazydev.wait), given to install_hooks
 
 

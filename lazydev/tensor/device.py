@@ -70,11 +70,9 @@ class _WseModule:
 
     @staticmethod
     def get_amp_supported_dtype():
-        # No dtypes: wse has no lower-precision kernels to cast to, so torch.autocast("wse", ...)
-        # warns and runs the block in full precision, PyTorch's own answer for an unsupported
-        # dtype. Listing float16 and bfloat16 made it fail at the first op instead (no kernel
-        # for the AutocastPrivateUse1 key; register() now gives that key a fallthrough too).
-        return []
+        # torch.autocast("wse", dtype=...) asks at its start; loading the policies (built on
+        # the first call) is the compile stage's (Note [Autocast on wse] in compile/hooks.py).
+        return _amp_dtypes[0]()
 
 
 def check_index(device) -> None:
@@ -204,12 +202,16 @@ def _restore_on_wse(obj, location):
 
 
 _lib = _autocast = None     # the Library objects: registrations last while they live
+_amp_dtypes = [list]        # the dtypes torch.autocast("wse") casts to (register)
 
 
-def register() -> None:
+def register(amp_dtypes=list) -> None:
+    """Register the wse device with torch; `amp_dtypes()` gives the dtypes autocast casts to,
+    once its policies are loaded (torch.wse.get_amp_supported_dtype)."""
     global _lib, _autocast
     if _lib is not None:
         return
+    _amp_dtypes[0] = amp_dtypes
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
     _setup_privateuseone_for_python_backend("wse", backend_module=_WseModule())
     _lib = torch.library.Library("aten", "IMPL")
@@ -226,8 +228,8 @@ def register() -> None:
     # ping-pong with it) is pure cost, about a tenth of a step's tracing. Run backward on the
     # calling thread instead. This is thread-local: it applies to the thread importing lazydev.
     torch._C._set_multithreading_enabled(False)
-    # Ops reaching autocast's key for wse (torch.set_autocast_enabled("wse", True)) run as they
-    # are, uncast: see get_amp_supported_dtype.
+    # Ops autocast has no policy for run as they are (Note [Autocast on wse] in
+    # compile/hooks.py).
     _autocast = torch.library.Library("_", "IMPL")     # fallbacks live in the "_" namespace
     _autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     # Before PyTorch's PrivateUse1 entry (23); wse tensors pickle as CPU tensors, so there is
