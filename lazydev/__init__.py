@@ -29,6 +29,7 @@ from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, 
 from .tensor import ctc as _ctc  # noqa: E402,F401  (ctc_loss)
 from .tensor import rnn as _rnn  # noqa: E402,F401  (the fused GRU cell)
 from .tensor import transformer as _transformer  # noqa: E402,F401  (fused attention, inference)
+from .tensor import optim as _optim  # noqa: E402,F401  (fused optimizers, GradScaler's ops)
 from .tensor.wse_tensor import WseTensor  # noqa: E402
 from .tensor import dispatch as _dispatch  # noqa: E402
 from .trace import sync as _sync  # noqa: E402

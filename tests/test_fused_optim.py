@@ -1,0 +1,161 @@
+"""torch.optim's fused=True steps and torch.amp.GradScaler's ops, recorded on wse instead of
+falling back to the CPU (lazydev/tensor/optim.py)."""
+import pytest
+import torch
+
+import lazydev
+from conftest import assert_same
+
+LOW = (torch.float16, torch.bfloat16)
+DTYPES = [torch.float32, torch.float64, *LOW]
+
+
+def _no_fallbacks():
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def _state(dtype, n=67, seed=0):
+    """param, grad, exp_avg, exp_avg_sq (non-negative), max_exp_avg_sq, on the CPU."""
+    g = torch.Generator().manual_seed(seed)
+    ts = [torch.randn(n, generator=g).to(dtype) for _ in range(5)]
+    ts[3], ts[4] = ts[3].abs(), ts[3].abs() * 1.5
+    return ts
+
+
+def _scaling(device, found):
+    return {"grad_scale": torch.tensor([4.0], device=device),
+            "found_inf": torch.tensor([found], device=device)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["_fused_adam_", "_fused_adamw_"])
+@pytest.mark.parametrize("options", [
+    {"amsgrad": True, "weight_decay": 0.1, "maximize": False},
+    {"amsgrad": False, "weight_decay": 0.0, "maximize": True},
+])
+@pytest.mark.parametrize("found", [None, 0.0, 1.0])
+def test_fused_adam_matches_the_cpu_kernel(dtype, op, options, found):
+    """Every tensor the step writes (the parameter, the gradient it unscales, the moments),
+    with and without GradScaler's scale; a found overflow leaves them all as they were."""
+    outs = []
+    for device in ("cpu", "wse"):
+        p, g, m, v, vmax = [t.to(device) for t in _state(dtype)]
+        step = torch.tensor(3.0, device=device)
+        extra = _scaling(device, found) if found is not None else {}
+        getattr(torch, op)([p], [g], [m], [v], [vmax] if options["amsgrad"] else [], [step],
+                           lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, **options, **extra)
+        outs.append([p, g, m, v, vmax])
+    assert_same(outs[1], outs[0])
+    if found == 1.0:
+        assert_same(outs[1], _state(dtype))
+    _no_fallbacks()
+
+
+def test_fused_adamw_takes_a_tensor_learning_rate():
+    outs = []
+    for device in ("cpu", "wse"):
+        p, g, m, v, _ = [t.to(device) for t in _state(torch.float32)]
+        steps = [torch.tensor(2.0, device=device)]
+        torch._fused_adamw_([p], [g], [m], [v], [], steps, lr=torch.tensor(0.01, device=device),
+                            beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8, amsgrad=False,
+                            maximize=False)
+        outs.append([p, m, v])
+    assert_same(outs[1], outs[0])
+    _no_fallbacks()
+
+
+def _sgd_reference(dtype, **options):
+    """The CPU kernel's result; for float16 and bfloat16 computed in float32 and rounded, as
+    the kernel means to: PyTorch's vectorised CPU loop for them never stores the parameter
+    (aten/src/ATen/native/cpu/FusedSGDKernel.cpp), so only a row's tail would move."""
+    wide = dtype in LOW
+    p, g, buf = [t.float() if wide else t for t in _state(dtype)[:3]]
+    torch._fused_sgd_([p], [g], [buf] if options["momentum"] else [], **options)
+    return [t.to(dtype) for t in (p, g, buf)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("options", [
+    {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01, "dampening": 0.0},
+    {"momentum": 0.9, "nesterov": False, "weight_decay": 0.0, "dampening": 0.1},
+    {"momentum": 0.0, "nesterov": False, "weight_decay": 0.0, "dampening": 0.0},
+])
+@pytest.mark.parametrize("first", [True, False])
+def test_fused_sgd_matches_the_cpu_kernel(dtype, options, first):
+    options = dict(options, lr=0.1, maximize=False, is_first_step=first)
+    p, g, buf = [t.to("wse") for t in _state(dtype)[:3]]
+    torch._fused_sgd_([p], [g], [buf] if options["momentum"] else [], **options)
+    got = [p, g, buf] if options["momentum"] else [p, g]
+    assert_same(got, _sgd_reference(dtype, **options)[:len(got)])
+    _no_fallbacks()
+
+
+@pytest.mark.parametrize("bad", [None, float("inf"), float("nan")])
+def test_unscale_finds_overflow_and_unscales_every_gradient(bad):
+    outs = []
+    half = torch.randn(3, 4, generator=torch.Generator().manual_seed(2)).to(torch.float16)
+    for device in ("cpu", "wse"):
+        grads = [t.to(device) for t in _state(torch.float32)[:2]] + [half.clone().to(device)]
+        if bad is not None:
+            grads[1][5] = bad
+        found = torch.zeros(1, device=device)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found,
+                                                         torch.tensor([0.25], device=device))
+        outs.append(grads + [found])
+    assert_same(outs[1], outs[0])
+    assert outs[1][-1].item() == (bad is not None)
+    _no_fallbacks()
+
+
+def test_update_scale_grows_backs_off_and_counts_like_the_cpu():
+    found_seq = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    results = []
+    for device in ("cpu", "wse"):
+        scale = torch.tensor([3.0e38], device=device)     # the first growth would overflow
+        tracker = torch.zeros(1, dtype=torch.int32, device=device)
+        seen = []
+        for f in found_seq:
+            torch._amp_update_scale_(scale, tracker, torch.tensor([f], device=device),
+                                     2.0, 0.5, 3)
+            seen += [scale.clone(), tracker.clone()]
+        results.append(seen)
+    assert_same(results[1], results[0])
+    _no_fallbacks()
+
+
+def _train(device, make_opt, steps=4):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4)).to(device)
+    opt = make_opt(model.parameters())
+    scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 16, growth_interval=2)
+    g = torch.Generator().manual_seed(1)
+    for i in range(steps):
+        x = torch.randn(4, 8, generator=g)
+        if i == 2:
+            x[0, 0] = float("inf")      # an overflow: the step is skipped, the scale backs off
+        loss = model(x.to(device)).pow(2).mean()
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        if device == "wse":
+            lazydev.mark_step()
+    return list(model.parameters()), scaler.get_scale()
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, fused=True),
+], ids=["adamw", "sgd"])
+def test_a_grad_scaler_loop_with_a_fused_optimizer_runs_without_a_sync(make_opt):
+    """GradScaler hands a fused optimizer its scale and overflow flag as tensors, so the step
+    needs no host read: none happens, and nothing falls back."""
+    params, scale = _train("wse", make_opt)
+    counters = lazydev.metrics.counters()
+    want, want_scale = _train("cpu", make_opt)
+    assert_same(params, want)
+    assert scale == want_scale
+    assert not any(k.startswith("sync_") for k in counters), counters
+    assert counters["fallbacks"] == {}
+
