@@ -90,6 +90,24 @@ def test_fused_sgd_matches_the_cpu_kernel(dtype, options, first):
     _no_fallbacks()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("options", [
+    {"lr_decay": 0.1, "weight_decay": 0.01, "maximize": False},
+    {"lr_decay": 0.0, "weight_decay": 0.0, "maximize": True},
+])
+@pytest.mark.parametrize("found", [None, 0.0, 1.0])
+def test_fused_adagrad_matches_the_cpu_kernel(dtype, options, found):
+    outs = []
+    for device in ("cpu", "wse"):
+        p, g, _, total, _ = [t.to(device) for t in _state(dtype)]     # total: non-negative
+        extra = _scaling(device, found) if found is not None else {}
+        torch._fused_adagrad_([p], [g], [total], [torch.tensor(3.0, device=device)], lr=0.1,
+                              eps=1e-10, **options, **extra)
+        outs.append([p, g, total])
+    assert_same(outs[1], outs[0])
+    _no_fallbacks()
+
+
 @pytest.mark.parametrize("bad", [None, float("inf"), float("nan")])
 def test_unscale_finds_overflow_and_unscales_every_gradient(bad):
     outs = []

@@ -117,6 +117,22 @@ def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, l
     updates.apply()
 
 
+@decomposition(aten._fused_adagrad_.default, aten._fused_adagrad_.tensor_lr)
+def _fused_adagrad(params, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps,
+                   maximize, grad_scale=None, found_inf=None):
+    if not params:
+        return
+    updates, g, x = _start(params, grads, grad_scale, found_inf, maximize, weight_decay)
+    total = torch._foreach_add(_opmath(state_sums), torch._foreach_mul(g, g))
+    updates.set(state_sums, total)
+    # The decayed learning rate lr / (1 + (step - 1) * lr_decay), as the Adam factors.
+    clr = (lr / (1 + (torch.stack(state_steps) - 1) * lr_decay)).unbind(0)
+    std = torch._foreach_add(torch._foreach_sqrt(total), eps)
+    updates.set(params, torch._foreach_sub(x, torch._foreach_div(torch._foreach_mul(g, clr),
+                                                                 std)))
+    updates.apply()
+
+
 @decomposition(aten._amp_foreach_non_finite_check_and_unscale_.default)
 def _unscale(grads, found_inf, inv_scale):
     """GradScaler.unscale_: every gradient times `inv_scale`; `found_inf` set to 1 if any value
