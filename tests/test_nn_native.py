@@ -173,6 +173,26 @@ def test_ctc_loss():
                                    reduction="none"), log_probs)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("lengths_on", ["cpu", "wse"])
+@pytest.mark.parametrize("concatenated", [False, True])
+def test_ctc_loss_with_lengths_as_tensors(reduction, lengths_on, concatenated):
+    """Lengths as tensors, on the CPU as in PyTorch's own example: reduction="mean" divided
+    the wse loss by the CPU lengths and raised DeviceMismatch."""
+    torch.manual_seed(0)
+    log_probs = torch.randn(12, 3, 6).log_softmax(2).requires_grad_()
+    targets = torch.randint(1, 6, (3, 5))
+    il, tl = torch.tensor([12, 10, 9]), torch.tensor([5, 3, 4])
+    if concatenated:
+        targets = torch.cat([targets[i, :n] for i, n in enumerate(tl.tolist())])
+
+    def loss(lp):
+        dev = lp.device if lengths_on == "wse" else "cpu"
+        return F.ctc_loss(lp, targets.to(lp.device), il.to(dev), tl.to(dev),
+                          reduction=reduction)
+    run_both(loss, log_probs)
+
+
 def test_out_variant_and_custom_op_run_natively():
     a, b = torch.randn(3, 4), torch.randn(4, 2)
     out = torch.empty(3, 2).to("wse")

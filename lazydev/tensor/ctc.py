@@ -78,6 +78,25 @@ def _per_step(mask, like):
         .expand(list(mask.shape) + list(like.shape[1:]))
 
 
+def register(lib) -> None:
+    # Before autograd: F.ctc_loss's lengths as tensors (aten::ctc_loss.Tensor) for wse.
+    lib.impl("ctc_loss.Tensor", _ctc_loss_tensor_lengths, "AutogradPrivateUse1")
+
+
+def _ctc_loss_tensor_lengths(log_probs, targets, input_lengths, target_lengths, blank=0,
+                             reduction=1, zero_infinity=False):
+    """F.ctc_loss with lengths as tensors. PyTorch's composite takes another path for a tensor
+    subclass, which divides the wse loss by the CPU target lengths for reduction="mean" and
+    raised DeviceMismatch; on CUDA the lengths are read into lists first (PyTorch's own
+    example keeps them on the CPU). A CPU length tensor is read here the same way; wse
+    lengths keep the composite's path, which needs no read."""
+    if "cpu" in (input_lengths.device.type, target_lengths.device.type):
+        return aten.ctc_loss.IntList(log_probs, targets, input_lengths.tolist(),
+                                     target_lengths.tolist(), blank, reduction, zero_infinity)
+    return aten.ctc_loss.Tensor.decompose(log_probs, targets, input_lengths, target_lengths,
+                                          blank, reduction, zero_infinity)
+
+
 def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     lay = _Layout(log_probs, targets, input_lengths, target_lengths, blank)
     steps = log_probs.shape[0]
