@@ -25,6 +25,5 @@ from .device import (
 __all__ = [
     "Buffer", "DeviceOutOfMemoryError", "Program", "autocast_source", "blas_library_path",
     "empty_cache", "gemm_library_path", "hooks_source", "install_hooks", "load_torch_library",
-    "memory_stats",
-    "prefix_source", "reset_peak", "set_capacity", "special_source",
+    "memory_stats", "prefix_source", "reset_peak", "set_capacity", "special_source",
 ]
