@@ -7,6 +7,7 @@ import torch
 
 import lazydev
 from lazydev.examples import MLP, train
+from conftest import assert_same
 
 
 def _rel(a, b):
@@ -191,3 +192,16 @@ def test_batch_norm_running_statistics_match_cpu():
     for k in cpu_state:
         torch.testing.assert_close(wse_state[k], cpu_state[k], rtol=1e-4, atol=1e-5, msg=k)
     torch.testing.assert_close(wse_out, cpu_out, rtol=1e-4, atol=1e-5)
+
+
+def test_detect_anomaly_checks_on_the_device_and_names_the_op():
+    """detect_anomaly asks _is_any_true of every backward output; it ran on the CPU."""
+    x = torch.randn(3).to("wse").requires_grad_()
+    with torch.autograd.detect_anomaly():
+        (x * 2).sum().backward()
+    assert_same(x.grad, torch.full((3,), 2.0))
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+    y = torch.tensor([1.0, -1.0]).to("wse").requires_grad_()
+    with pytest.raises(RuntimeError, match="'SqrtBackward0' returned nan values"):
+        with torch.autograd.detect_anomaly():
+            y.sqrt().sum().backward()

@@ -90,6 +90,14 @@ def _allclose(func, args, kwargs):
     return bool(to_cpu(every, reason="allclose").item())
 
 
+@special(aten._is_any_true.default, aten._is_all_true.default)
+def _is_any_or_all_true(func, args, kwargs):
+    """A bool tensor's any() / all(), as a 0-dim wse bool (torch.autograd.detect_anomaly asks
+    one per backward op): recorded, not run on the CPU."""
+    op = aten.any.default if func is aten._is_any_true.default else aten.all.default
+    return dispatch(op, args, {})
+
+
 def _random(draw):
     """In-place random op: draw on the CPU into a fresh tensor and write it."""
     def handler(func, args, kwargs):
