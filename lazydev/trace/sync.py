@@ -11,7 +11,6 @@ current step and in total (metrics.ledger); strict mode raises at the first one,
 """
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 
