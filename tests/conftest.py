@@ -12,7 +12,8 @@ from lazydev.coverage import TOLERANCES  # noqa: E402
 # without g++ lazydev runs without it, and a storage call would crash the test process.
 needs_cpp_side = pytest.mark.skipif(
     not lazydev._cpp_side, reason="lazydev's C++ side could not be built here (no g++ or no "
-    "torch headers): storage calls, pinning, wse generators and torch.accelerator need it")
+    "torch headers): storage calls, pinning, wse generators, torch.accelerator and autocast "
+    "need it")
 
 
 def assert_same(actual, expected):

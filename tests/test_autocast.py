@@ -9,11 +9,10 @@ import lazydev
 from lazydev.compile import hooks
 from conftest import TOLERANCES, assert_same, needs_cpp_side
 
-pytestmark = needs_cpp_side
-
 LOW = (torch.bfloat16, torch.float16)
 
 
+@needs_cpp_side
 @pytest.mark.parametrize("low", LOW)
 def test_matmuls_run_in_the_lower_precision_and_the_rest_by_its_policy(low):
     torch.manual_seed(0)
@@ -51,6 +50,7 @@ def _cast_by_hand(model, x, low):
     return F.linear(h, model[2].weight.to(low), model[2].bias.to(low)).float()
 
 
+@needs_cpp_side
 def test_an_autocast_training_loop_matches_the_casts_written_out():
     low = torch.bfloat16
     g = torch.Generator().manual_seed(1)
@@ -84,6 +84,7 @@ def _tol(dtype):
     return {"atol": atol, "rtol": rtol}
 
 
+@needs_cpp_side
 def test_binary_cross_entropy_is_refused_under_autocast_saying_what_to_use():
     p, t = torch.rand(4).to("wse"), torch.rand(4).to("wse")
     with torch.autocast("wse", dtype=torch.bfloat16):
@@ -93,6 +94,7 @@ def test_binary_cross_entropy_is_refused_under_autocast_saying_what_to_use():
 
 
 def test_without_a_cxx_compiler_autocast_warns_and_stays_off(monkeypatch, tmp_path):
+    """Whether or not the policies were loaded earlier: autocast is off when they cannot be."""
     monkeypatch.setattr(hooks, "CXX", "no-such-c++")
     monkeypatch.setattr(hooks, "_autocast_loaded", [])
     monkeypatch.setattr(lazydev.config, "cache_dir", str(tmp_path))
