@@ -51,6 +51,24 @@ def test_fused_adam_matches_the_cpu_kernel(dtype, op, options, found):
     _no_fallbacks()
 
 
+def test_fused_adamw_steps_each_parameter_by_its_own_step_count():
+    """Several parameters, of other shapes (a scalar too), each at its own step (one added to
+    the optimizer later is behind): each gets its own bias corrections."""
+    shapes, counts = [(4, 3), (), (5,)], [7.0, 1.0, 3.0]
+    outs = []
+    for device in ("cpu", "wse"):
+        g = torch.Generator().manual_seed(3)
+        ps, gs, ms = ([torch.randn(s, generator=g).to(device) for s in shapes] for _ in range(3))
+        vs = [torch.rand(s, generator=g).to(device) for s in shapes]
+        steps = [torch.tensor(c, device=device) for c in counts]
+        torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=0.01, beta1=0.9, beta2=0.999,
+                            weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False,
+                            **_scaling(device, 0.0))
+        outs.append(ps + gs + ms + vs)
+    assert_same(outs[1], outs[0])
+    _no_fallbacks()
+
+
 def test_fused_adamw_takes_a_tensor_learning_rate():
     outs = []
     for device in ("cpu", "wse"):
