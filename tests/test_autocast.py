@@ -1,6 +1,10 @@
 """torch.autocast("wse"): PyTorch's own autocast policies, CUDA's op lists (Note [Autocast on
 wse] in lazydev/compile/hooks.py). References are CPU eager with the policy's casts written
 out, since the CPU's autocast lists differ from CUDA's."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -94,7 +98,7 @@ def test_binary_cross_entropy_is_refused_under_autocast_saying_what_to_use():
 
 
 def test_without_a_cxx_compiler_autocast_warns_and_stays_off(monkeypatch, tmp_path):
-    """Whether or not the policies were loaded earlier: autocast is off when they cannot be."""
+    """The device's hooks built, the policies not: autocast is off, and says why."""
     monkeypatch.setattr(hooks, "CXX", "no-such-c++")
     monkeypatch.setattr(hooks, "_autocast_loaded", [])
     monkeypatch.setattr(lazydev.config, "cache_dir", str(tmp_path))
@@ -106,3 +110,28 @@ def test_without_a_cxx_compiler_autocast_warns_and_stays_off(monkeypatch, tmp_pa
                 y = lin.to("wse")(x.to("wse"))
     assert y.dtype == torch.float32
     assert_same(y, lin.cpu()(x))
+
+
+_NO_CXX = """
+import torch, lazydev
+lin = torch.nn.Linear(8, 3).to("wse")
+with torch.autocast("wse", enabled=False):
+    pass
+with torch.autocast("wse", dtype=torch.bfloat16):
+    y = lin(torch.randn(2, 8).to("wse"))
+print(y.dtype)
+"""
+
+
+def test_with_no_cxx_compiler_at_all_the_import_says_autocast_is_off(tmp_path):
+    """No C++ side: the import's one warning names autocast, no build of the policies is tried
+    (nor warned about) for a block, and PyTorch's own warning comes where autocast is on."""
+    env = dict(os.environ, CXX="no-such-c++", LAZYDEV_CACHE_DIR=str(tmp_path), LAZYDEV_LOG="")
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", _NO_CXX], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["torch.float32"]
+    assert proc.stderr.count("could not build") == 1
+    assert "torch.autocast('wse') stays off" in proc.stderr
+    assert proc.stderr.count("In wse autocast, but the target dtype is not supported") == 1

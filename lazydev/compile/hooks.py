@@ -60,6 +60,7 @@ def _command(src: str, out: str) -> list[str]:
 
 # The libraries built here: name -> the text of its source.
 _SOURCES = {"wse_hooks": hooks_source, "wse_autocast": autocast_source}
+_autocast_loaded: list = []     # [the dtypes autocast casts to] once decided, for this process
 
 
 def _path(name: str) -> str:
@@ -118,11 +119,13 @@ def install(synchronize) -> bool:
     try:
         return install_hooks(_built("wse_hooks"), synchronize)
     except (build.CompileError, OSError) as e:
+        _autocast_loaded.append([])     # not tried again (Note [Autocast on wse])
         warnings.warn("lazydev: could not build the wse device's C++ side, so storage-level "
                       "calls such as torch.UntypedStorage(n, device='wse') crash the process, "
-                      "and pin_memory(), torch.Generator(device='wse') and torch.accelerator's "
-                      "synchronize and memory functions raise (install g++ and torch's headers "
-                      f"to fix this): {e}", RuntimeWarning, stacklevel=2)
+                      "pin_memory(), torch.Generator(device='wse') and torch.accelerator's "
+                      "synchronize and memory functions raise, and torch.autocast('wse') stays "
+                      f"off (install g++ and torch's headers to fix this): {e}", RuntimeWarning,
+                      stacklevel=2)
         return False
 
 
@@ -136,10 +139,10 @@ def install(synchronize) -> bool:
 # autocast on wse computes what it would compute autocast on a GPU.) wse's kernels take
 # float16 and bfloat16 alike. Built at the first torch.autocast("wse"), not at import: its
 # ATen headers take 15-25 s to compile on this 2-core VM, against 3-4 s for the device's
-# hooks, and most programs never autocast. Without a C++ compiler autocast stays off, with
-# PyTorch's warning and ours.
-
-_autocast_loaded: list = []     # [dtypes] once decided, for this process
+# hooks, and most programs never autocast (torch.autocast asks even with enabled=False, so
+# such a block builds it too, once per cache directory). Without a C++ compiler autocast
+# stays off, with PyTorch's warning when a block asks for it; the import's warning says so,
+# and it is not tried again.
 
 
 def autocast_dtypes() -> list:
