@@ -28,13 +28,14 @@ import report  # noqa: E402
 from worker import MARKER  # noqa: E402
 
 WORKLOADS = ["mlp", "cnn", "transformer", "ew_chain", "ln_gelu_softmax"]
+EXTRA = ["mlp_amp"]     # on request only (--workloads): not among the targets
 BACKENDS = ["eager", "lazy_ts", "compile", "wse"]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help=f"comma-separated, from {','.join(WORKLOADS)}")
+                   help=f"comma-separated, from {','.join(WORKLOADS + EXTRA)}")
     p.add_argument("--backends", default=",".join(BACKENDS),
                    help=f"comma-separated, from {','.join(BACKENDS)}")
     p.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up)")
@@ -52,7 +53,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.steps < 1 or a.warmup < 0 or a.repeat < 1:
         p.error("--steps and --repeat must be >= 1 and --warmup >= 0")
-    a.workloads, a.backends = _choices(a.workloads, WORKLOADS), _choices(a.backends, BACKENDS)
+    a.workloads = _choices(a.workloads, WORKLOADS + EXTRA)
+    a.backends = _choices(a.backends, BACKENDS)
     return a
 
 

@@ -37,10 +37,14 @@ CNN, MLP, Transformer = _examples.CNN, _examples.MLP, _examples.Transformer
 POOL = 4
 
 
-def _train_step(model, opt, loss_fn, batches, device):
+def _train_step(model, opt, loss_fn, batches, device, autocast=None):
+    """`autocast`: a dtype to run forward and loss in under torch.autocast (mixed precision)."""
+    device_type = torch.device(device).type
+
     def step(i):
         x, y = (t.to(device) for t in batches[i % len(batches)])
-        loss = loss_fn(model(x), y)
+        with torch.autocast(device_type, dtype=autocast, enabled=autocast is not None):
+            loss = loss_fn(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -62,6 +66,17 @@ def mlp(device, wrap):
     model = MLP(d_in=784, hidden=1024, d_out=10).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     return _train_step(wrap(model), opt, F.cross_entropy, batches, device)
+
+
+def mlp_amp(device, wrap):
+    """mlp as a GPU user writes mixed precision: bfloat16 autocast, fused AdamW."""
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(128, 784, generator=g), torch.randint(0, 10, (128,), generator=g))
+               for _ in range(POOL)]
+    model = MLP(d_in=784, hidden=1024, d_out=10).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    return _train_step(wrap(model), opt, F.cross_entropy, batches, device,
+                       autocast=torch.bfloat16)
 
 
 def cnn(device, wrap):
@@ -115,4 +130,4 @@ def ln_gelu_softmax(device, wrap):
 
 
 WORKLOADS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "ew_chain": ew_chain,
-             "ln_gelu_softmax": ln_gelu_softmax}
+             "ln_gelu_softmax": ln_gelu_softmax, "mlp_amp": mlp_amp}
