@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.table import Table
 
 # (workload, metric, bound): the issue's goals for wse. "ratio" is steady median / eager steady
-# median (lower is faster); first_step_s and us_per_op apply to every workload.
+# median (lower is faster); first_step_s and us_per_op apply to every workload of the issue.
 RATIO_TARGETS = {"mlp": 0.85, "transformer": 0.75, "cnn": 1.0, "ew_chain": 0.2}
 # The issue's workloads; the others (mlp_amp) are measured but have no targets: mlp_amp's first
 # wse step also builds autocast's policies, once per cache directory.

@@ -1,16 +1,17 @@
 """Fused optimizer steps and mixed-precision loss scaling, recorded like any other ops.
 
-torch.optim's `fused=True` (Adam, AdamW, SGD, Adagrad) and torch.amp.GradScaler call ops that PyTorch
-implements per device in C++ (`_fused_adamw_`, `_amp_update_scale_` ...). wse had none, so each
-ran on the CPU as a fallback: a sync in the middle of the step, every step, and the parameters
-and optimizer state copied to the host and back. They are written here in _foreach_ ops, one
-Python call per step of the algorithm as in torch.optim's foreach path (one call per parameter
-made a transformer's fused AdamW trace 47 ms, against 5 for foreach AdamW). The arithmetic is
-the CPU kernels' (aten/src/ATen/native/cpu/FusedAdamKernel.cpp, FusedSGDKernel.cpp,
-FusedAdagradKernel.cpp, AmpGradScalerKernels.cpp): float16 and bfloat16 computed in float32, unscaled gradients
-written back; the step's bias corrections are float32 here (the kernels' doubles agree to
-float32's rounding). A `found_inf` (GradScaler's) that is set leaves every tensor as it was,
-chosen on the device with `where`, so that no step waits to learn whether it overflowed.
+torch.optim's `fused=True` (Adam, AdamW, SGD, Adagrad) and torch.amp.GradScaler call ops that
+PyTorch implements per device in C++ (`_fused_adamw_`, `_amp_update_scale_` ...). wse had none,
+so each ran on the CPU as a fallback: a sync in the middle of the step, every step, and the
+parameters and optimizer state copied to the host and back. They are written here in _foreach_
+ops, one Python call per step of the algorithm as in torch.optim's foreach path (one call per
+parameter made a transformer's fused AdamW trace 47 ms, against 5 for foreach AdamW). The
+arithmetic is the CPU kernels' (aten/src/ATen/native/cpu/FusedAdamKernel.cpp,
+FusedSGDKernel.cpp, FusedAdagradKernel.cpp, AmpGradScalerKernels.cpp): float16 and bfloat16
+computed in float32, unscaled gradients written back; the step's bias corrections are float32
+here (the kernels' doubles agree to float32's rounding). A `found_inf` (GradScaler's) that is
+set leaves every tensor as it was, chosen on the device with `where`, so that no step waits to
+learn whether it overflowed.
 """
 from __future__ import annotations
 
