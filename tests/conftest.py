@@ -1,4 +1,6 @@
 """Shared test helpers: the per-dtype tolerance table and CPU/wse comparison."""
+import os
+
 import pytest
 import torch
 
@@ -15,6 +17,15 @@ needs_cpp_side = pytest.mark.skipif(
     "torch headers): storage calls, pinning, wse generators, torch.accelerator and autocast "
     "need it")
 
+
+
+def script_env(cache_dir, **extra) -> dict:
+    """The environment of a child Python that imports lazydev from this tree, with its own
+    cache directory and no logs."""
+    env = dict(os.environ, LAZYDEV_CACHE_DIR=str(cache_dir), LAZYDEV_LOG="")
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
 
 def assert_same(actual, expected):
     """Compare a wse result (or a CPU copy of one) with the eager CPU result."""

@@ -1,7 +1,6 @@
 """torch.autocast("wse"): PyTorch's own autocast policies, CUDA's op lists (Note [Autocast on
 wse] in lazydev/compile/hooks.py). References are CPU eager with the policy's casts written
 out, since the CPU's autocast lists differ from CUDA's."""
-import os
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import torch.nn.functional as F
 
 import lazydev
 from lazydev.compile import hooks
-from conftest import TOLERANCES, assert_same, needs_cpp_side
+from conftest import TOLERANCES, assert_same, needs_cpp_side, script_env
 
 LOW = (torch.bfloat16, torch.float16)
 
@@ -126,9 +125,8 @@ print(y.dtype)
 def test_with_no_cxx_compiler_at_all_the_import_says_autocast_is_off(tmp_path):
     """No C++ side: the import's one warning names autocast, no build of the policies is tried
     (nor warned about) for a block, and PyTorch's own warning comes where autocast is on."""
-    env = dict(os.environ, CXX="no-such-c++", LAZYDEV_CACHE_DIR=str(tmp_path), LAZYDEV_LOG="")
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", _NO_CXX], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", _NO_CXX],
+                          env=script_env(tmp_path, CXX="no-such-c++"), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["torch.float32"]

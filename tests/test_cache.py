@@ -11,7 +11,7 @@ import torch
 import lazydev
 from lazydev.compile import RecompileLimitError, cache
 from lazydev.trace.sync import StrictSyncError
-from conftest import needs_cpp_side
+from conftest import needs_cpp_side, script_env
 
 SCRIPT = textwrap.dedent("""
     import json, time, torch, lazydev
@@ -33,10 +33,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def _run_script(cache_dir, extra_env=None):
-    env = dict(os.environ, LAZYDEV_CACHE_DIR=str(cache_dir), LAZYDEV_LOG="")
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    env.update(extra_env or {})
-    return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", SCRIPT], env=script_env(cache_dir,
+                            **(extra_env or {})), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
