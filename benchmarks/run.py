@@ -27,7 +27,7 @@ sys.path.insert(0, HERE)
 import report  # noqa: E402
 from worker import MARKER  # noqa: E402
 
-WORKLOADS = ["mlp", "cnn", "transformer", "ew_chain", "ln_gelu_softmax"]
+WORKLOADS = list(report.ISSUE_WORKLOADS)     # the default: the issue's workloads
 EXTRA = ["mlp_amp"]     # on request only (--workloads): not among the issue's targets
 BACKENDS = ["eager", "lazy_ts", "compile", "wse"]
 
