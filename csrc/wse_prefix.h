@@ -87,7 +87,8 @@ typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
 #define WSE_PAUSED (-1)  /* stop[] said so: resume from *next */
 #define WSE_ERR_INDEX 1    /* errinfo[0] = index value, errinfo[1] = dim size */
 #define WSE_ERR_ZERO_DIV 2 /* integer division by zero */
-#define WSE_ERR_LINALG 3   /* errinfo[0] = LAPACK info, [1] = batch index, [2] = check id */
+#define WSE_ERR_CHECK 3    /* a CHECK node failed (lazydev/trace/checks.py): errinfo[0] = the
+                              value it shows, [1] = flat position, [2] = check id */
 #define WSE_ERR_NO_LAPACK 4 /* the LAPACK routine could not be loaded */
 #define WSE_ERR_NO_MEMORY 5 /* errinfo[0] = bytes of scratch a library routine could not get */
 

@@ -26,6 +26,7 @@ from .tensor import conv as _conv  # noqa: E402,F401  (registers the convolution
 from .tensor import norm as _norm  # noqa: E402,F401  (registers the batch-norm handlers)
 from .tensor import pairwise as _pairwise  # noqa: E402,F401  (_trilinear, cdist, pdist)
 from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, aa resize)
+from .tensor import distributions as _distributions  # noqa: E402,F401  (multinomial)
 from .tensor import ctc as _ctc  # noqa: E402,F401  (ctc_loss)
 from .tensor import rnn as _rnn  # noqa: E402,F401  (the fused GRU cell)
 from .tensor import transformer as _transformer  # noqa: E402,F401  (fused attention, inference)

@@ -96,7 +96,7 @@ def test_torch_accelerator_synchronizes_and_reports_the_runtime_memory():
     weight = torch.randn(4, 3)
     out = torch.nn.functional.embedding(torch.tensor([0, 5]).to("wse"), weight.to("wse"))
     lazydev.mark_step()
-    with pytest.raises(RuntimeError, match="IndexError: .*out of bounds"):
+    with pytest.raises(RuntimeError, match="IndexError: index out of range in self"):
         torch.accelerator.synchronize()
     del out
     torch.accelerator.synchronize()       # reported once, as lazydev.wait() does

@@ -181,6 +181,11 @@ class Emitter:
         self.uses_error = True
         self.b.line(f"if (__builtin_expect({cond}, 0)) WSE_FAIL({code}, {a}, {b});")
 
+    def check_fails_if(self, cond: str, shown: str, position: str, cid: int) -> None:
+        """A device-side check (trace/checks.py) fails here if `cond`."""
+        self.uses_error = True
+        self.b.line(f"if (__builtin_expect({cond}, 0)) WSE_FAIL_CHECK({shown}, {position}, {cid});")
+
     def checked_index(self, i: str, size: int) -> str:
         """Wrap a negative index and check bounds (error 1, never an out-of-bounds read)."""
         j = self.b.temp("int64_t", f"({i} < 0 ? {i} + {size} : {i})", prefix="ix")
@@ -227,6 +232,13 @@ def _special(e: Emitter, n: Node, idx: Idx) -> str:
     args = [e.load(s, idx) for s in n.src] + [str(c) for c in consts]
     suffix = "_f" if vtype(n.src[0].dtype) == "float" else ""
     return cexpr.round_half(n.dtype, f"{SPECIAL_PREFIX}{name}{suffix}({', '.join(args)})")
+
+
+def _check(e: Emitter, n: Node, idx: Idx) -> str:
+    """Note [Device-side checks] in trace/checks.py."""
+    value, bad, shown = n.src
+    e.check_fails_if(e.load(bad, idx), e.load(shown, idx), e.flat(idx), n.arg)
+    return e.load(value, idx)
 
 
 def _expand(e: Emitter, n: Node, idx: Idx) -> str:
@@ -356,7 +368,7 @@ _RULES = {
     Op.CONST: _leaf_const, Op.SCALAR: _leaf_scalar, Op.INDEX: _leaf_index, Op.CAST: _cast,
     Op.WHERE: _where, Op.LERP: _lerp, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
     Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
-    Op.INDEX_ND: _index_nd, Op.SPECIAL: _special,
+    Op.INDEX_ND: _index_nd, Op.SPECIAL: _special, Op.CHECK: _check,
 }
 
 

@@ -697,21 +697,12 @@ def linalg(e: Emitter, n: Node) -> None:
     e.b.line(f"err = lib->linalg(lp, li, {e.ptr(n)}, errinfo);")
 
 
-def linalg_check(e: Emitter, n: Node) -> None:
-    """Fail the program at the first nonzero LAPACK info (Note [Deferred linalg errors])."""
-    info = e.ptr(n.src[0])
-    e.b.line(f"{e.ptr(n)}[0] = 0;")
-    with e.loop("i", n.src[0].numel):
-        e.b.line(f"if ({info}[i] != 0) {{ WSE_FAIL(WSE_ERR_LINALG, {info}[i], i); "
-                 f"errinfo[2] = {n.arg}; break; }}")
-
-
 TEMPLATES = {
     Op.ARGMAX: argreduction, Op.ARGMIN: argreduction, Op.CUMSUM: value_scan,
     Op.CUMPROD: value_scan, Op.LOGCUMSUMEXP: value_scan,
     Op.SCATTER_STRIDED: scatter_strided, Op.INDEX_PUT: index_put, Op.SCATTER: scatter,
     Op.MATMUL: matmul, Op.CONV2D: conv, Op.CONV2D_BWD_INPUT: conv, Op.CONV2D_BWD_WEIGHT: conv,
-    Op.LINALG: linalg, Op.LINALG_CHECK: linalg_check, Op.POOL_ARGMAX: pool_argmax,
+    Op.LINALG: linalg, Op.POOL_ARGMAX: pool_argmax,
 }
 
 

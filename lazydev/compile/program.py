@@ -295,8 +295,20 @@ def _preamble(prefix: str) -> str:
         # address it had not aligned (a crash in pool_argmax); explicit alignment makes it
         # realign the frame.
         "#define WSE_ALIGNED __attribute__((aligned(64)))",
-        "#define WSE_FAIL(code, a, b) do { __atomic_store_n(&err, (code), __ATOMIC_RELAXED); "
-        "errinfo[0] = (int64_t)(a); errinfo[1] = (int64_t)(b); } while (0)",
+        # The first failure is the one reported, whole: with threads failing at once, each
+        # writing errinfo would mix one's value with another's position. A failed device-side
+        # check (Note [Device-side checks] in trace/checks.py) replaces an index error, which
+        # is only the kernels' backstop: the check states the op's own contract and message,
+        # and the backstop's line may run first, hoisted out of the loop.
+        "#define WSE_FAIL(code, a, b) do { int wse_no_ = 0; if (__atomic_compare_exchange_n("
+        "&err, &wse_no_, (code), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) { "
+        "errinfo[0] = (int64_t)(a); errinfo[1] = (int64_t)(b); } } while (0)",
+        "#define WSE_FAIL_CHECK(a, b, c) do { int wse_was_ = __atomic_load_n(&err, "
+        "__ATOMIC_RELAXED); while ((wse_was_ == 0 || wse_was_ == WSE_ERR_INDEX) && "
+        "!__atomic_compare_exchange_n(&err, &wse_was_, WSE_ERR_CHECK, 0, __ATOMIC_RELAXED, "
+        "__ATOMIC_RELAXED)) {} if (wse_was_ == 0 || wse_was_ == WSE_ERR_INDEX) { "
+        "errinfo[0] = (int64_t)(a); errinfo[1] = (int64_t)(b); errinfo[2] = (int64_t)(c); } "
+        "} while (0)",
         "",
     ])
 

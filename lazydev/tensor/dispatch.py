@@ -16,7 +16,7 @@ from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
-from . import foreach, replay
+from . import foreach, guards, replay
 from .device import check_index
 from .sparse import WseSparseTensor
 from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
@@ -104,7 +104,7 @@ def _raise_deferred():
 
 
 def _choose(func):
-    handler = _choose_handler(func)
+    handler = guards.guarded(func, _choose_handler(func))
     names = {a.name for a in func._schema.arguments}
     if "layout" in names:
         handler = _strided_only(handler)
@@ -440,9 +440,11 @@ def _arg_at(func, pos, args, kwargs):
 def inplace_op(func, args, kwargs):
     fn = functional_variant(func)
     positions = _mutated_positions(func)
-    out = replay.run_inplace(func, fn, positions, args, kwargs)
-    if out is not None:
-        return out
+    # A plan runs the functional op's lowering itself: not for one whose index is checked first.
+    if fn not in guards.RULES:
+        out = replay.run_inplace(func, fn, positions, args, kwargs)
+        if out is not None:
+            return out
     result = dispatch(fn, args, kwargs)
     # A tuple holds one result per mutated argument; anything else (a tensor, or a foreach op's
     # list of tensors) is the result for the first one (rrelu_with_noise_ writes its noise itself).

@@ -10,6 +10,7 @@ import torch
 
 from .. import log
 from ..trace import build, meta, sync
+from . import guards
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
 from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write, write_tensor
 
@@ -96,6 +97,9 @@ def _is_any_or_all_true(func, args, kwargs):
     one per backward op): recorded, not run on the CPU."""
     op = aten.any.default if func is aten._is_any_true.default else aten.all.default
     return dispatch(op, args, {})
+
+
+SPECIAL[aten._assert_async.default] = SPECIAL[aten._assert_async.msg] = guards.assert_async
 
 
 def _random(draw):

@@ -46,6 +46,8 @@ class Op(IntEnum):
     SPECIAL = 91    # arg = (name, *int constants): wsesp_<name>(srcs..., constants...), a special
                     # function from csrc/wse_special.h (Bessel, gamma family, polynomials...)
     LERP = 92       # src = (start, end, weight); torch.lerp
+    CHECK = 93      # arg = check id; src = (value, bad, shown): value, failing the program where
+                    # bad is true (trace/checks.py, Note [Device-side checks])
     # movement: change which element is read, never the values
     EXPAND = 100      # arg = None; src same rank, size-1 dims broadcast to `shape`
     RESHAPE = 101     # arg = None
@@ -73,7 +75,6 @@ class Op(IntEnum):
     CONV2D_BWD_INPUT = 152  # src = (grad_out, weight)
     CONV2D_BWD_WEIGHT = 153  # src = (grad_out, input)
     LINALG = 154            # arg = (routine, params); packed outputs (trace/lower_linalg.py)
-    LINALG_CHECK = 155      # arg = check id; src = (info,): fails the program if info != 0
     # row kernels (trace/lower_sort.py): int64 positions along one axis
     SORT = 170          # arg = (axis, descending); stable sorting permutation of each row
     SEARCHSORTED = 171  # arg = right; src = (sorted rows [.., N], values [.., M]) or 1-d rows
@@ -85,12 +86,12 @@ class Op(IntEnum):
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
-ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL}
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL, Op.CHECK}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140) | {Op.CUMARG}
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
 LIBRARY = frozenset({Op.MATMUL, Op.CONV2D, Op.CONV2D_BWD_INPUT, Op.CONV2D_BWD_WEIGHT, Op.LINALG,
-                     Op.LINALG_CHECK, Op.SORT, Op.SEARCHSORTED, Op.POOL_ARGMAX})
+                     Op.SORT, Op.SEARCHSORTED, Op.POOL_ARGMAX})
 SCATTERS = frozenset({Op.SCATTER_STRIDED, Op.INDEX_PUT, Op.SCATTER})
 COMPARE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 

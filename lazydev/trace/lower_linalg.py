@@ -7,8 +7,8 @@ routine packed one after another (`lapack` returns a node per output, reading it
 packed buffer). Integer outputs (pivots, LAPACK info) are packed as floats and cast back.
 Routines are the ones ATen's CPU kernels call (getrf/getrs for solve and inv, gesdd for svd,
 syevd for eigh, geqrf/orgqr for qr, ...), so results agree with the CPU, signs of QR/SVD/eigh
-factors included. LAPACK's info never syncs: `_linalg_check_errors` records a LINALG_CHECK
-node that the next sync computes, and a nonzero info fails that program with the error the
+factors included. LAPACK's info never syncs: `_linalg_check_errors` records a device-side
+check that the next sync computes, and a nonzero info fails that program with the error the
 CPU would have raised (Note [Deferred linalg errors]).
 
 Composite ops (solve, inv, det, slogdet, pinv) are decomposed at the tensor level instead
@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import math
 import struct
-import zlib
 
 import torch
 
-from .build import (Unsupported, broadcast_shape, cast, contiguous_strides, expand, full, permute,
-                    reduce, reshape)
+from . import checks
+from .build import (Unsupported, broadcast_shape, cast, const, contiguous_strides, ew, expand, full,
+                    permute, reduce, reshape)
 from .ir import Node, Op
 from .lower import register
-from .state import Storage, current
 
 aten = torch.ops.aten
 DECOMPOSITIONS: dict = {}       # aten op -> function over tensors (see the module docstring)
@@ -111,31 +110,26 @@ def _empty(spec) -> Node:
 
 # Note [Deferred linalg errors]
 # aten._linalg_check_errors raises on the CPU when a LAPACK info is nonzero. Reading the info
-# would sync, so the check is a LINALG_CHECK node instead, kept alive by the trace until the
-# next sync computes it; a nonzero info fails that program (WSE_ERR_LINALG) with errinfo =
-# (info, batch index, check id), and the error raised there is the one ATen would raise. The
-# check id is a hash of the API name, the same in every process (the disk cache keys by
-# source), and _CHECKS maps it back.
-_CHECKS: dict = {}
-
+# would sync, so the check is a device-side check of info == 0 instead, kept alive by the trace
+# until the next sync computes it (Note [Device-side checks] in checks.py); a nonzero info fails
+# that program with the error ATen would raise, built from the info and its batch index.
 
 def deferred_check(info: Node, api_name: str, is_matrix: bool) -> None:
-    cid = zlib.crc32(f"{api_name}:{is_matrix}".encode()) & 0x7FFFFFFF
-    _CHECKS[cid] = (api_name, bool(is_matrix))
-    node = Node(Op.LINALG_CHECK, torch.int32, (), (cast(info, torch.int32),), cid)
-    current().keep.append(Storage(1, torch.int32, node=node))
+    info = cast(info, torch.int32)
+    cid = checks.check_id(f"linalg: {api_name}: {is_matrix}",
+                          lambda value, index: linalg_error(value, index, api_name, is_matrix))
+    checks.keep(ew(Op.NE, torch.bool, info.shape, info, const(0, torch.int32)), info, cid)
 
 
-def linalg_error(errinfo) -> Exception:
-    """The exception ATen raises for LAPACK info errinfo[0] at batch index errinfo[1]."""
-    api_name, is_matrix = _CHECKS.get(errinfo[2], ("linalg", False))
-    info = torch.zeros(() if is_matrix else (errinfo[1] + 1,), dtype=torch.int32)
-    info.view(-1)[-1] = errinfo[0]
+def linalg_error(info: int, batch: int, api_name: str, is_matrix: bool) -> Exception:
+    """The exception ATen raises for LAPACK info `info` at batch index `batch`."""
+    infos = torch.zeros(() if is_matrix else (batch + 1,), dtype=torch.int32)
+    infos.view(-1)[-1] = info
     try:
-        torch._linalg_check_errors(info, api_name, is_matrix=is_matrix)
+        torch._linalg_check_errors(infos, api_name, is_matrix=is_matrix)
     except Exception as e:          # noqa: BLE001 - the CPU's own error is what we want
         return e
-    return RuntimeError(f"{api_name}: LAPACK error code {errinfo[0]}")
+    return RuntimeError(f"{api_name}: LAPACK error code {info}")
 
 
 @register(aten._linalg_check_errors.default)
@@ -511,7 +505,6 @@ def _linalg_lstsq(A, B, rcond=None, *, driver=None):
 
 def _register_errors() -> None:
     from ..runtime import device
-    device.ERROR_DECODERS[3] = linalg_error         # WSE_ERR_LINALG
     device.ERROR_DECODERS[4] = lambda err: RuntimeError(   # WSE_ERR_NO_LAPACK
         f"LAPACK is not available: {device.blas_library_path} lacks a routine lazydev needs; "
         "reinstall scipy-openblas32")

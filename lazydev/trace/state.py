@@ -205,6 +205,12 @@ class Storage:
         self.numel = numel
         self.set_node(Node(Op.PAD, self.dtype, (numel,), (old, zero), ((0, numel - old.numel),)))
 
+    def discard(self, why: str) -> None:
+        """Drop a pending value no one will read (the op it was made for failed while being
+        recorded): the next sync does not compute it."""
+        self.node = None
+        self.error = why
+
     def value(self, shape: tuple) -> Node:
         """The storage's current value as a node of `shape` (numel must match)."""
         node = self.node

@@ -1,0 +1,173 @@
+"""Index arguments checked as the CPU checks them, on the device (Note [Device-side checks] in
+trace/checks.py).
+
+The kernels wrap a negative index and fail on one past either end, which is Python's indexing
+(x[i], take, put, index_fill). gather, scatter, index_select, index_add, embedding and the
+losses' targets take no negative index: there the CPU raises, and without a check a -1 read or
+wrote the last row. Each op below gets its index argument through a device-side check of the
+range the CPU allows, raising the CPU's exception with its message; its handler then runs as
+before. In-place and out= variants reach these through their functional op.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..trace import checks
+from ..trace.build import const, ew
+from ..trace.ir import Op
+from .wse_tensor import WseTensor, from_node, value
+
+aten = torch.ops.aten
+
+
+def _checked(t, size: int, cid: int, low: int = 0, allowed=None):
+    if not isinstance(t, WseTensor) or t.dtype is torch.bool or t.dtype.is_floating_point:
+        return t          # a CPU index is the handler's to refuse; a mask has no range
+    node = checks.in_range(value(t), size, cid, low, allowed)
+    # A wrapping op's decomposition may pass its index on to one that takes no negative index
+    # (index_fill's, to index_copy): it gets the index wrapped.
+    return from_node(checks.wrapped(node, size) if low < 0 else node)
+
+
+def _replace(args: tuple, pos: int, new) -> tuple:
+    return args[:pos] + (new,) + args[pos + 1:]
+
+
+def _along_dim(kind: type, template: str, low_is_minus_size: bool = False):
+    """(self, dim, index, ...): the index against self's size along dim. `template` may name
+    {dim} and {size}; {{value}} is the index that failed."""
+    def rule(args, kwargs):
+        x, dim = args[0], args[1]
+        d = dim % x.dim() if x.dim() else 0
+        size = x.shape[d] if x.dim() else 1
+        cid = checks.message(kind, template.format(dim=d, size=size))
+        low = -size if low_is_minus_size else 0
+        return _replace(args, 2, _checked(args[2], size, cid, low)), kwargs
+    return rule
+
+
+def _flat(args, kwargs):
+    """take / put: a flat index into self, Python's wrap allowed."""
+    n = args[0].numel()
+    cid = checks.message(IndexError, "out of range: tried to access index {value} on a tensor "
+                         f"of {n} elements.")
+    return _replace(args, 1, _checked(args[1], n, cid, -n)), kwargs
+
+
+def _bag(args, kwargs):
+    """_embedding_bag(weight, indices, ...)."""
+    n = args[0].shape[0]
+    cid = checks.message(RuntimeError, "Index {index} of input takes value {value} which is "
+                         f"not in the valid range [0, {n})")
+    return _replace(args, 1, _checked(args[1], n, cid)), kwargs
+
+
+def _unpool(args, kwargs):
+    """max_unpool2d/3d(self, indices, output_size, ...): positions in one output plane."""
+    size = tuple(args[2])
+    cid = checks.message(RuntimeError, "Found an invalid max index: {value} (output volumes are "
+                         f"of size {'x'.join(map(str, size))})")
+    n = 1
+    for d in size:
+        n *= d
+    return _replace(args, 1, _checked(args[1], n, cid)), kwargs
+
+
+def _targets(pos: int, kind: type, template: str, ignore_at=None):
+    """Losses (..., self at pos - 1, target at pos, ...): class indices in [0, C), except the
+    ignore_index at position `ignore_at`."""
+    def rule(args, kwargs):
+        x = args[pos - 1]
+        classes = x.shape[1] if x.dim() > 1 else x.shape[0] if x.dim() else 1
+        allowed = None if ignore_at is None else args[ignore_at]
+        cid = checks.message(kind, template)
+        return _replace(args, pos, _checked(args[pos], classes, cid, 0, allowed)), kwargs
+    return rule
+
+
+_BOUNDS = "index {{value}} is out of bounds for dimension {dim} with size {size}"
+_SELF = "index out of range in self"
+_TARGET = "Target {value} is out of bounds."
+
+RULES: dict = {
+    **{op: _along_dim(RuntimeError, _BOUNDS)
+       for op in (aten.gather.default, aten.scatter.src, aten.scatter.value, aten.scatter.reduce,
+                  aten.scatter.value_reduce, aten.scatter_add.default, aten.scatter_reduce.two,
+                  aten.index_add.default)},
+    aten.index_copy.default: _along_dim(IndexError, "index_copy_(): " + _BOUNDS),
+    aten.index_select.default: _along_dim(IndexError, _SELF),
+    aten.index_reduce.default: _along_dim(IndexError, _SELF),
+    aten.index_fill.int_Scalar: _along_dim(IndexError, _BOUNDS, low_is_minus_size=True),
+    aten.index_fill.int_Tensor: _along_dim(IndexError, _BOUNDS, low_is_minus_size=True),
+    aten.take.default: _flat,
+    aten.put.default: _flat,
+    aten._embedding_bag.default: _bag,
+    aten._embedding_bag_forward_only.default: _bag,
+    aten.max_unpool2d.default: _unpool,
+    aten.max_unpool3d.default: _unpool,
+    aten.nll_loss_forward.default: _targets(1, IndexError, _TARGET, ignore_at=4),
+    aten.nll_loss2d_forward.default: _targets(1, IndexError, _TARGET, ignore_at=4),
+    aten.nll_loss_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
+    aten.nll_loss2d_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
+    aten.multi_margin_loss.default: _targets(1, RuntimeError, "target out of range"),
+    aten.multi_margin_loss_backward.default: _targets(2, RuntimeError, "target out of range"),
+}
+
+
+def assert_async(func, args, kwargs):
+    """torch._assert_async(cond[, msg]): a device-side check of cond, not a read of it."""
+    t = args[0]
+    if t.numel() != 1:
+        which = "no values" if t.numel() == 0 else "more than one value"
+        raise RuntimeError(f"Boolean value of Tensor with {which} is ambiguous")
+    if func is aten._assert_async.msg:
+        text = (args[1] or "Assertion is failed").replace("{", "{{").replace("}", "}}")
+        cid = checks.message(RuntimeError, text)
+    else:
+        cid = checks.message(RuntimeError,
+                             "Expected Tensor with single nonzero value, but got zero")
+    node = value(t)
+    zero = ew(Op.EQ, torch.bool, node.shape, node, const(0, node.dtype))
+    checks.keep(zero, const(0, torch.int64), cid)
+
+
+def register(lib) -> None:
+    # F.one_hot is a composite that checks nothing for PrivateUse1 (it counted on a scatter's
+    # device assert, and no longer scatters): its kernel before autograd checks the classes.
+    lib.impl("one_hot", _one_hot, "AutogradPrivateUse1")
+
+
+def _one_hot(x, num_classes=-1):
+    if isinstance(x, WseTensor) and x.dtype is torch.int64 and x.numel():
+        node = checks.bounded(value(x), Op.LT, 0, checks.message(
+            RuntimeError, "Class values must be non-negative."))
+        if num_classes > 0:
+            node = checks.bounded(node, Op.GE, num_classes, checks.message(
+                RuntimeError, "Class values must be smaller than num_classes."))
+        return _call(lambda t: aten.one_hot.default.decompose(t, num_classes),
+                     (from_node(node),), (x,))
+    return aten.one_hot.default.decompose(x, num_classes)
+
+
+def _call(fn, checked: tuple, given: tuple):
+    """fn(*checked), `given` with some indices checked. If it raises, the checked copies are
+    dropped: alive in the traceback, they would be computed, and fail, at the next sync."""
+    try:
+        return fn(*checked)
+    except BaseException as e:
+        for new, old in zip(checked, given):
+            if new is not old:
+                new._st.discard(f"{type(e).__name__}: {e}")
+        raise
+
+
+def guarded(func, handler):
+    """`handler`, with func's index argument checked first if func has a rule."""
+    rule = RULES.get(func)
+    if rule is None:
+        return handler
+
+    def run(func, args, kwargs):
+        checked, kwargs = rule(tuple(args), kwargs)
+        return _call(lambda *a: handler(func, a, kwargs), checked, args)
+    return run
