@@ -162,6 +162,18 @@ def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
         device=torch.device("wse", 0))
 
 
+def _on_host(op):
+    """A factory whose values depend on no device data, made on the CPU and uploaded: for
+    ops PyTorch has no PrivateUse1 kernel for (tril_indices raised NotImplementedError,
+    kaiser_window failed an internal assert)."""
+    @state.recorder
+    def run(*args, dtype=None, layout=None, device=None, pin_memory=None, **kwargs):
+        from .dispatch import _upload
+        check_index(device)
+        return _upload(op(*args, dtype=dtype, **kwargs))
+    return run
+
+
 @state.recorder
 def _zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
     # _efficientzerotensor (autograd's zero gradients, e.g. sgn's): ordinary zeros on wse.
@@ -223,6 +235,11 @@ def register(amp_dtypes=list) -> None:
         _lib.impl(name, _arange, "PrivateUse1")
     for name in ("eye", "eye.m"):
         _lib.impl(name, _eye, "PrivateUse1")
+    for name in ("tril_indices", "triu_indices", "kaiser_window", "kaiser_window.periodic",
+                 "kaiser_window.beta"):
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+        _lib.impl(name, _on_host(op), "PrivateUse1")
     # The autograd engine runs a non-CPU device's backward on a worker thread of its own; for
     # wse every backward op is Python recording, so the hand-off to that thread (and the GIL
     # ping-pong with it) is pure cost, about a tenth of a step's tracing. Run backward on the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from torch._decomp import decomposition_table
+from torch.utils import _pytree as pytree
 
 from .. import log, metrics
 from ..trace import build, meta, state, sync
@@ -536,9 +537,11 @@ def fallback_op(func, args, kwargs, why="no lowering"):
     name = str(func)
     metrics.fallback(name)
     log.emit("fallback", f"{name} runs on the CPU ({why}) at [green]{log.user_frame()}[/]")
-    sync.sync(f"fallback:{name}")
+    if _reads_device_values(func, args, kwargs):
+        sync.sync(f"fallback:{name}")
     cpu_args = _to_cpu_args(args)
-    cpu_kwargs = {k: _to_cpu_args(v) for k, v in kwargs.items()}
+    outs = _out_names(func)
+    cpu_kwargs = {k: _blank(v) if k in outs else _to_cpu_args(v) for k, v in kwargs.items()}
     if isinstance(cpu_kwargs.get("device"), torch.device) or cpu_kwargs.get("device") == "wse":
         cpu_kwargs["device"] = torch.device("cpu")
     out = func(*cpu_args, **cpu_kwargs)
@@ -548,6 +551,26 @@ def fallback_op(func, args, kwargs, why="no lowering"):
     if positions and func._schema.returns and func._schema.returns[0].alias_info is not None:
         return _arg_at(func, positions[0], args, kwargs)
     return _upload_out(out)
+
+
+def _blank(out):
+    """A CPU stand-in for an out= argument: the kernel overwrites it, so its values are not
+    downloaded (which would sync)."""
+    if isinstance(out, (list, tuple)):
+        return type(out)(_blank(o) for o in out)
+    if isinstance(out, WseTensor) and not isinstance(out, WseSparseTensor):
+        return torch.empty(out.shape, dtype=out.dtype)
+    return _to_cpu_args(out)
+
+
+def _reads_device_values(func, args, kwargs) -> bool:
+    """Whether the CPU kernel reads a dense wse tensor's value, which needs a sync first. Not
+    for a factory (randperm with device="wse"), an out= tensor it only writes, or a sparse
+    tensor, whose values live on the host (tensor/sparse.py): the trace goes on uncut."""
+    outs = _out_names(func)
+    named = [v for k, v in kwargs.items() if k not in outs]
+    return any(isinstance(t, WseTensor) and not isinstance(t, WseSparseTensor)
+               for t in pytree.tree_leaves([list(args), named]))
 
 
 def _copy_back(dst, src):

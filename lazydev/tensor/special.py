@@ -102,6 +102,16 @@ def _is_any_or_all_true(func, args, kwargs):
 SPECIAL[aten._assert_async.default] = SPECIAL[aten._assert_async.msg] = guards.assert_async
 
 
+@special(aten._has_same_storage_numel.default)
+def _has_same_storage_numel(func, args, kwargs):
+    """Forward-mode AD asks it of a primal and its tangent: storage sizes, not values."""
+    def numel(t):
+        if not isinstance(t, WseTensor):
+            return t.untyped_storage().nbytes() // t.dtype.itemsize
+        return t._st.numel * t._st.dtype.itemsize // t.dtype.itemsize
+    return numel(args[0]) == numel(args[1])
+
+
 def _random(draw):
     """In-place random op: draw on the CPU into a fresh tensor and write it."""
     def handler(func, args, kwargs):
