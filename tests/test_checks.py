@@ -1,13 +1,15 @@
 """Device-side checks (Note [Device-side checks] in lazydev/trace/checks.py): arguments the CPU
 checks by value raise the CPU's error on wse, at the sync that runs them, without a read."""
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import lazydev
-from conftest import assert_same
+from conftest import assert_same, script_env
 
 
 def _w(dev):
@@ -167,6 +169,18 @@ def test_assert_async():
     with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
         torch._assert_async(x)
     _assert_recorded()
+
+
+def test_a_failure_no_read_raised_is_reported_at_exit(tmp_path):
+    script = ("import torch, lazydev\n"
+              "x = torch.tensor([1.0, 2.0], device='wse')\n"
+              "torch._assert_async((x > 5).all(), 'x is too small')\n"
+              "lazydev.mark_step()\n")
+    done = subprocess.run([sys.executable, "-c", script], env=script_env(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "a wse program failed and no read raised its error: RuntimeError: x is too small" \
+        in done.stderr
 
 
 # ---- multinomial ------------------------------------------------------------------------------

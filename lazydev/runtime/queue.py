@@ -321,7 +321,12 @@ class ExecQueue:
 
     def shutdown(self) -> None:
         if self._thread is not None and self._thread.is_alive():
-            self.wait()
+            # A program that failed with no read after it (a device-side check of a result
+            # nothing read, a torch._assert_async) would otherwise end the process silently.
+            for t in self.wait():
+                if not isinstance(t.error, Cancelled):
+                    sys.stderr.write(f"lazydev: a wse program failed and no read raised its "
+                                     f"error: {type(t.error).__name__}: {t.error}\n")
             done = Ticket()
             with self._cv:
                 self._pending.append((None, done, 0.0, False))
