@@ -10,6 +10,7 @@ numbers and data generation is never timed.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import pathlib
 
@@ -43,7 +44,10 @@ def _train_step(model, opt, loss_fn, batches, device, autocast=None):
 
     def step(i):
         x, y = (t.to(device) for t in batches[i % len(batches)])
-        with torch.autocast(device_type, dtype=autocast, enabled=autocast is not None):
+        # No autocast context at all without a dtype: even a disabled torch.autocast asks the
+        # device for its autocast dtypes, which raised for torch._lazy ("unsupported
+        # scalarType") and, on wse, built the autocast policies inside the timed first step.
+        with torch.autocast(device_type, dtype=autocast) if autocast else contextlib.nullcontext():
             loss = loss_fn(model(x), y)
         opt.zero_grad()
         loss.backward()
