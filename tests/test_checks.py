@@ -1,5 +1,6 @@
 """Device-side checks (Note [Device-side checks] in lazydev/trace/checks.py): arguments the CPU
-checks by value raise the CPU's error on wse, at the sync that runs them, without a read."""
+checks by value (indices, targets, probabilities) raise the CPU's error on wse, at the sync
+that runs them, without a read."""
 import re
 import subprocess
 import sys
@@ -28,7 +29,7 @@ def _ones(dev):
     return torch.ones(1, 4, device=dev)
 
 
-# name -> f(device): each raises on the CPU (the index or target is out of the op's range)
+# name -> f(device): each raises on the CPU (an index, target or probability out of range)
 BAD = {
     "gather_negative": lambda d: _w(d).gather(0, _row(d, -1)),
     "gather_past_end": lambda d: _w(d).gather(1, _row(d, 4, dim=1)),
@@ -60,6 +61,11 @@ BAD = {
     "cross_entropy_smoothed": lambda d: F.cross_entropy(torch.zeros(2, 3, device=d),
                                                         _i(d, 0, 4), label_smoothing=0.1),
     "multi_margin_loss": lambda d: F.multi_margin_loss(torch.zeros(2, 3, device=d), _i(d, 0, -1)),
+    "binary_cross_entropy": lambda d: F.binary_cross_entropy(_i(d, 0.5, 1.5), _i(d, 0.0, 1.0)),
+    "binary_cross_entropy_nan": lambda d: F.binary_cross_entropy(_i(d, float("nan"), 0.5),
+                                                                 _i(d, 0.0, 1.0)),
+    "bernoulli": lambda d: torch.bernoulli(_i(d, 0.5, -0.5)),
+    "bernoulli_": lambda d: torch.zeros(2, device=d).bernoulli_(_i(d, 0.5, 1.5)),
     "one_hot_negative": lambda d: F.one_hot(_i(d, 0, -1), 3),
     "one_hot_past_end": lambda d: F.one_hot(_i(d, 0, 3), 3),
 }
@@ -105,6 +111,9 @@ GOOD = {
     "nll_loss_ignored": lambda d: F.nll_loss(torch.arange(6.).view(2, 3).to(d), _i(d, 1, -100)),
     "nll_loss_ignore_index": lambda d: F.nll_loss(torch.arange(6.).view(2, 3).to(d),
                                                   _i(d, 2, -7), ignore_index=-7),
+    "binary_cross_entropy": lambda d: F.binary_cross_entropy(_i(d, 0.0, 0.3, 1.0),
+                                                             _i(d, 0.0, 1.0, 1.0)),
+    "bernoulli": lambda d: torch.bernoulli(_i(d, 0.0, 1.0, 1.0, 0.0)),
     "one_hot": lambda d: F.one_hot(_i(d, 2, 0, 1), 4),
     "one_hot_classes_from_max": lambda d: F.one_hot(_i(d, 2, 0, 1)),
 }

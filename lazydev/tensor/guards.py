@@ -6,7 +6,8 @@ The kernels wrap a negative index and fail on one past either end, which is Pyth
 losses' targets take no negative index: there the CPU raises, and without a check a -1 read or
 wrote the last row. Each op below gets its index argument through a device-side check of the
 range the CPU allows, raising the CPU's exception with its message; its handler then runs as
-before. In-place and out= variants reach these through their functional op.
+before. In-place and out= variants reach these through their functional op. Probabilities
+(binary_cross_entropy's input, bernoulli's p) are checked to lie in [0, 1] the same way.
 """
 from __future__ import annotations
 
@@ -27,6 +28,25 @@ def _checked(t, size: int, cid: int, low: int = 0, allowed=None):
     # A wrapping op's decomposition may pass its index on to one that takes no negative index
     # (index_fill's, to index_copy): it gets the index wrapped.
     return from_node(checks.wrapped(node, size) if low < 0 else node)
+
+
+def in_unit_interval(t, cid: int):
+    """`t` (floating), failing where it is not in [0, 1] (NaN included)."""
+    if not isinstance(t, WseTensor) or not t.dtype.is_floating_point:
+        return t
+    x = value(t)
+    ok = ew(Op.AND, torch.bool, x.shape, ew(Op.GE, torch.bool, x.shape, x, const(0, x.dtype)),
+            ew(Op.LE, torch.bool, x.shape, x, const(1, x.dtype)))
+    bad = ew(Op.NOT, torch.bool, x.shape, ok)
+    return from_node(checks.checked(x, bad, const(0, torch.int64), cid))
+
+
+def _probabilities(pos: int, template: str):
+    """(..., input at pos, ...) that must lie in [0, 1]."""
+    def rule(args, kwargs):
+        cid = checks.message(RuntimeError, template)
+        return _replace(args, pos, in_unit_interval(args[pos], cid)), kwargs
+    return rule
 
 
 def _replace(args: tuple, pos: int, new) -> tuple:
@@ -85,6 +105,7 @@ def _targets(pos: int, kind: type, template: str, ignore_at=None):
     return rule
 
 
+_UNIT = "all elements of input should be between 0 and 1"
 _BOUNDS = "index {{value}} is out of bounds for dimension {dim} with size {size}"
 _SELF = "index out of range in self"
 _TARGET = "Target {value} is out of bounds."
@@ -109,6 +130,8 @@ RULES: dict = {
     aten.nll_loss2d_forward.default: _targets(1, IndexError, _TARGET, ignore_at=4),
     aten.nll_loss_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
     aten.nll_loss2d_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
+    aten.binary_cross_entropy.default: _probabilities(0, _UNIT),
+    aten.binary_cross_entropy_backward.default: _probabilities(1, _UNIT),
     aten.multi_margin_loss.default: _targets(1, RuntimeError, "target out of range"),
     aten.multi_margin_loss_backward.default: _targets(2, RuntimeError, "target out of range"),
 }

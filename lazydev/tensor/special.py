@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import log
-from ..trace import build, meta, sync
+from ..trace import build, checks, meta, sync
 from . import guards
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
 from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write, write_tensor
@@ -141,7 +141,13 @@ def _bernoulli_tensor_(func, args, kwargs):
     return t
 
 
+# ATen's message, word for word
+_BERNOULLI_P = ("Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error "
+                "message be improved?  If so, please report an enhancement request to PyTorch.)")
+
+
 def _bernoulli_of(p, shape, generator):
+    p = guards.in_unit_interval(p, checks.message(RuntimeError, _BERNOULLI_P))
     u = torch.rand(shape, generator=generator)
     return dispatch(aten.lt.Tensor, (_upload(u), p), {})
 
