@@ -48,6 +48,11 @@ BAD = {
     "embedding": lambda d: F.embedding(_i(d, 0, -1), _w(d)),
     "embedding_past_end": lambda d: F.embedding(_i(d, 3), _w(d)),
     "embedding_bag": lambda d: F.embedding_bag(_i(d, 1, -1), _w(d), _i(d, 0)),
+    "embedding_bag_first_offset": lambda d: F.embedding_bag(_i(d, 0, 1, 2), _w(d), _i(d, 1)),
+    "embedding_bag_last_offset": lambda d: F.embedding_bag(_i(d, 0, 1, 2), _w(d), _i(d, 0, 4),
+                                                           include_last_offset=True),
+    "multilabel_margin_loss": lambda d: F.multilabel_margin_loss(torch.zeros(1, 4, device=d),
+                                                                 _i(d, 0, -1, 7, 1).view(1, 4)),
     "max_unpool1d": lambda d: F.max_unpool1d(torch.ones(1, 1, 2, device=d),
                                              _i(d, 0, -1).view(1, 1, 2), 2),
     "max_unpool2d": lambda d: F.max_unpool2d(torch.ones(1, 1, 1, 2, device=d),
@@ -114,6 +119,10 @@ GOOD = {
     "binary_cross_entropy": lambda d: F.binary_cross_entropy(_i(d, 0.0, 0.3, 1.0),
                                                              _i(d, 0.0, 1.0, 1.0)),
     "bernoulli": lambda d: torch.bernoulli(_i(d, 0.0, 1.0, 1.0, 0.0)),
+    "embedding_bag": lambda d: F.embedding_bag(_i(d, 2, 0, 1), _w(d), _i(d, 0, 1, 3),
+                                               include_last_offset=True),
+    "multilabel_margin_loss": lambda d: F.multilabel_margin_loss(
+        torch.arange(8.).view(2, 4).to(d), _i(d, 3, 0, -1, 2, 1, 2, 0, -1).view(2, 4)),
     "one_hot": lambda d: F.one_hot(_i(d, 2, 0, 1), 4),
     "one_hot_classes_from_max": lambda d: F.one_hot(_i(d, 2, 0, 1)),
 }
@@ -124,6 +133,27 @@ def test_indices_in_range_give_the_cpu_values(name):
     out = GOOD[name]("wse")
     lazydev.mark_step()
     assert_same(out, GOOD[name]("cpu"))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multilabel_margin_loss_with_rows_that_end_early(reduction):
+    # A -1 ends a row's targets. torch._decomp's formula counted the slots after it as
+    # targets input[0] (loss 3.75 for the first case, 1.25 on the CPU); lazydev's is fixed.
+    cases = [(torch.arange(4.0), torch.tensor([3, 0, -1, 2])),
+             (torch.randn(3, 5), torch.tensor([[1, 2, 3, 4, 0], [-1, 1, 1, 1, 1],
+                                               [4, 4, -1, 0, 0]]))]
+    for x, target in cases:
+        grads, losses = [], []
+        for dev in ("cpu", "wse"):
+            leaf = x.detach().to(dev).requires_grad_()
+            loss = F.multilabel_margin_loss(leaf, target.to(dev), reduction=reduction)
+            loss.sum().backward()
+            losses.append(loss)
+            grads.append(leaf.grad)
+        lazydev.mark_step()
+        assert_same(losses[1], losses[0])
+        assert_same(grads[1], grads[0])
+    _assert_recorded()
 
 
 def test_a_failed_check_loses_no_data_and_the_next_step_runs():

@@ -21,13 +21,15 @@ from .wse_tensor import WseTensor, from_node, value
 aten = torch.ops.aten
 
 
-def _checked(t, size: int, cid: int, low: int = 0, allowed=None):
+def _checked(t, size: int, cid: int, low: int = 0, allowed=None, wrap: bool = False):
+    """`t` checked to lie in [low, size) (or equal `allowed`); `wrap`: Python's negative
+    indices, made non-negative after the check."""
     if not isinstance(t, WseTensor) or t.dtype is torch.bool or t.dtype.is_floating_point:
         return t          # a CPU index is the handler's to refuse; a mask has no range
     node = checks.in_range(value(t), size, cid, low, allowed)
     # A wrapping op's decomposition may pass its index on to one that takes no negative index
     # (index_fill's, to index_copy): it gets the index wrapped.
-    return from_node(checks.wrapped(node, size) if low < 0 else node)
+    return from_node(checks.wrapped(node, size) if wrap else node)
 
 
 def in_unit_interval(t, cid: int):
@@ -53,7 +55,7 @@ def _replace(args: tuple, pos: int, new) -> tuple:
     return args[:pos] + (new,) + args[pos + 1:]
 
 
-def _along_dim(kind: type, template: str, low_is_minus_size: bool = False):
+def _along_dim(kind: type, template: str, wraps: bool = False):
     """(self, dim, index, ...): the index against self's size along dim. `template` may name
     {dim} and {size}; {{value}} is the index that failed."""
     def rule(args, kwargs):
@@ -61,8 +63,8 @@ def _along_dim(kind: type, template: str, low_is_minus_size: bool = False):
         d = dim % x.dim() if x.dim() else 0
         size = x.shape[d] if x.dim() else 1
         cid = checks.message(kind, template.format(dim=d, size=size))
-        low = -size if low_is_minus_size else 0
-        return _replace(args, 2, _checked(args[2], size, cid, low)), kwargs
+        low = -size if wraps else 0
+        return _replace(args, 2, _checked(args[2], size, cid, low, wrap=wraps)), kwargs
     return rule
 
 
@@ -71,14 +73,27 @@ def _flat(args, kwargs):
     n = args[0].numel()
     cid = checks.message(IndexError, "out of range: tried to access index {value} on a tensor "
                          f"of {n} elements.")
-    return _replace(args, 1, _checked(args[1], n, cid, -n)), kwargs
+    return _replace(args, 1, _checked(args[1], n, cid, -n, wrap=True)), kwargs
 
 
 def _bag(args, kwargs):
-    """_embedding_bag(weight, indices, ...)."""
+    """_embedding_bag(weight, indices, offsets, ...): indices in [0, rows); offsets start at 0
+    and end within the indices."""
     n = args[0].shape[0]
     cid = checks.message(RuntimeError, "Index {index} of input takes value {value} which is "
                          f"not in the valid range [0, {n})")
+    offsets = args[2]
+    if isinstance(offsets, WseTensor) and offsets.numel() and args[1].dim() == 1:
+        o = value(offsets)
+        kind = "LongTensor" if o.dtype is torch.int64 else "IntTensor"
+        first, last = checks.element(o, 0), checks.element(o, o.numel - 1)
+        checks.keep(ew(Op.NE, torch.bool, (), first, const(0, o.dtype)), first, checks.message(
+            RuntimeError, "offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+            f"has to start from position 0. However, got {{value}}\n[ torch.{kind}{{{{}}}} ]"))
+        length = args[1].numel()
+        checks.keep(ew(Op.GT, torch.bool, (), last, const(length, o.dtype)), last, checks.message(
+            RuntimeError, f"offsets[-1] can not be greater than input's length {length} but got "
+            "offsets[-1] of {value}"))
     return _replace(args, 1, _checked(args[1], n, cid)), kwargs
 
 
@@ -93,19 +108,20 @@ def _unpool(args, kwargs):
     return _replace(args, 1, _checked(args[1], n, cid)), kwargs
 
 
-def _targets(pos: int, kind: type, template: str, ignore_at=None):
-    """Losses (..., self at pos - 1, target at pos, ...): class indices in [0, C), except the
-    ignore_index at position `ignore_at`."""
+def _targets(pos: int, kind: type, template: str, ignore_at=None, low: int = 0):
+    """Losses (..., self at pos - 1, target at pos, ...): class indices in [low, C), except
+    the ignore_index at position `ignore_at`."""
     def rule(args, kwargs):
         x = args[pos - 1]
         classes = x.shape[1] if x.dim() > 1 else x.shape[0] if x.dim() else 1
         allowed = None if ignore_at is None else args[ignore_at]
         cid = checks.message(kind, template)
-        return _replace(args, pos, _checked(args[pos], classes, cid, 0, allowed)), kwargs
+        return _replace(args, pos, _checked(args[pos], classes, cid, low, allowed)), kwargs
     return rule
 
 
 _UNIT = "all elements of input should be between 0 and 1"
+_MULTILABEL = "argument #2 'target' is out of range"
 _BOUNDS = "index {{value}} is out of bounds for dimension {dim} with size {size}"
 _SELF = "index out of range in self"
 _TARGET = "Target {value} is out of bounds."
@@ -118,8 +134,8 @@ RULES: dict = {
     aten.index_copy.default: _along_dim(IndexError, "index_copy_(): " + _BOUNDS),
     aten.index_select.default: _along_dim(IndexError, _SELF),
     aten.index_reduce.default: _along_dim(IndexError, _SELF),
-    aten.index_fill.int_Scalar: _along_dim(IndexError, _BOUNDS, low_is_minus_size=True),
-    aten.index_fill.int_Tensor: _along_dim(IndexError, _BOUNDS, low_is_minus_size=True),
+    aten.index_fill.int_Scalar: _along_dim(IndexError, _BOUNDS, wraps=True),
+    aten.index_fill.int_Tensor: _along_dim(IndexError, _BOUNDS, wraps=True),
     aten.take.default: _flat,
     aten.put.default: _flat,
     aten._embedding_bag.default: _bag,
@@ -130,6 +146,9 @@ RULES: dict = {
     aten.nll_loss2d_forward.default: _targets(1, IndexError, _TARGET, ignore_at=4),
     aten.nll_loss_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
     aten.nll_loss2d_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
+    # -1 ends a row's targets; the CPU checks those after it too
+    aten.multilabel_margin_loss_forward.default: _targets(1, RuntimeError, _MULTILABEL, low=-1),
+    aten.multilabel_margin_loss_backward.default: _targets(2, RuntimeError, _MULTILABEL, low=-1),
     aten.binary_cross_entropy.default: _probabilities(0, _UNIT),
     aten.binary_cross_entropy_backward.default: _probabilities(1, _UNIT),
     aten.multi_margin_loss.default: _targets(1, RuntimeError, "target out of range"),

@@ -255,3 +255,22 @@ def _grid_sampler_2d(a):
                                                       a["padding_mode"], a["align_corners"])
     return Vjp(fwd, [a["input"], a["grid"]], [], [a["grad_output"]],
                mask=tuple(a["output_mask"]), single=False)
+
+
+@decomposition(aten.multilabel_margin_loss_forward.default)
+def _multilabel_margin_loss_forward(x, target, reduction):
+    """torch._decomp's formula with its bug fixed: target slots after a row's first -1 were
+    gathered as input[0] and counted in the loss (a wrong loss whenever a row ends early)."""
+    x2, t2 = torch.atleast_2d(x), torch.atleast_2d(target)
+    c = x2.shape[1]
+    pos = torch.arange(c, device=t2.device)
+    live = pos < torch.where(t2 == -1, pos, c).amin(-1, keepdim=True)    # the row's targets
+    is_target = (pos == torch.where(live, t2, -1).unsqueeze(-1)).any(1)
+    # margin of each target y (dim 1) over each class j (dim 2), kept for non-target j where
+    # positive (the kernel's test: no gradient at exactly 0, which clamp_min would pass)
+    z = (1 - x2.gather(1, torch.where(live, t2, 0)).unsqueeze(-1) + x2.unsqueeze(1)) / c
+    z = torch.where(live.unsqueeze(-1) & ~is_target.unsqueeze(1) & (z > 0), z, 0)
+    rows = z.sum((1, 2))
+    loss = rows.mean() if reduction == 1 else rows.sum() if reduction == 2 else \
+        rows.reshape(x.shape[:-1])
+    return loss, is_target.to(x.dtype).reshape(target.shape)

@@ -77,6 +77,11 @@ def bounded(index: Node, op: Op, bound: int, cid: int) -> Node:
     return checked(index, bad, index, cid)
 
 
+def element(x: Node, k: int) -> Node:
+    """Element k of x (in row-major order), as a 0-dim node."""
+    return Node(Op.AS_STRIDED, x.dtype, (), (x,), ((), k))
+
+
 def wrapped(index: Node, size: int) -> Node:
     """A checked index in [-size, size) as Python wraps it, into [0, size)."""
     i64, shape = index.dtype, index.shape
