@@ -7,7 +7,8 @@ losses' targets take no negative index: there the CPU raises, and without a chec
 wrote the last row. Each op below gets its index argument through a device-side check of the
 range the CPU allows, raising the CPU's exception with its message; its handler then runs as
 before. In-place and out= variants reach these through their functional op. Probabilities
-(binary_cross_entropy's input, bernoulli's p) are checked to lie in [0, 1] the same way.
+(binary_cross_entropy's input, bernoulli's p) are checked to lie in [0, 1] the same way, and
+embedding_bag's offsets to start at 0 and end within the indices.
 """
 from __future__ import annotations
 
