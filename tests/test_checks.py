@@ -156,6 +156,19 @@ def test_multilabel_margin_loss_with_rows_that_end_early(reduction):
     _assert_recorded()
 
 
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (1, 3, 2, 2), (1, 3, 2)])
+def test_a_class_weight_of_the_wrong_size_raises_the_cpu_error_at_once(shape):
+    # A static check: torch._decomp's nll_loss asserted it (AssertionError, not RuntimeError).
+    target = torch.zeros(shape[:1] + shape[2:] if len(shape) > 1 else (), dtype=torch.int64)
+
+    def loss(d):
+        return F.nll_loss(torch.zeros(shape, device=d), target.to(d),
+                          weight=torch.ones(2, device=d))
+    expected = _cpu_error(loss)
+    with pytest.raises(type(expected), match=re.escape(str(expected))):
+        loss("wse")
+
+
 def test_a_failed_check_loses_no_data_and_the_next_step_runs():
     w = _w("wse")
     lazydev.mark_step()

@@ -109,12 +109,17 @@ def _unpool(args, kwargs):
     return _replace(args, 1, _checked(args[1], n, cid)), kwargs
 
 
-def _targets(pos: int, kind: type, template: str, ignore_at=None, low: int = 0):
+def _targets(pos: int, kind: type, template: str, ignore_at=None, low: int = 0,
+             weights: str | None = None):
     """Losses (..., self at pos - 1, target at pos, ...): class indices in [low, C), except
-    the ignore_index at position `ignore_at`."""
+    the ignore_index at position `ignore_at`. `weights`: the message for a class weight (at
+    pos + 1) not of C elements, a static check (torch._decomp's asserts it)."""
     def rule(args, kwargs):
         x = args[pos - 1]
         classes = x.shape[1] if x.dim() > 1 else x.shape[0] if x.dim() else 1
+        weight = args[pos + 1] if weights and len(args) > pos + 1 else None
+        if isinstance(weight, torch.Tensor) and weight.numel() != classes:
+            raise RuntimeError(weights.format(classes=classes, shape=list(weight.shape)))
         allowed = None if ignore_at is None else args[ignore_at]
         cid = checks.message(kind, template)
         return _replace(args, pos, _checked(args[pos], classes, cid, low, allowed)), kwargs
@@ -126,6 +131,9 @@ _MULTILABEL = "argument #2 'target' is out of range"
 _BOUNDS = "index {{value}} is out of bounds for dimension {dim} with size {size}"
 _SELF = "index out of range in self"
 _TARGET = "Target {value} is out of bounds."
+_WEIGHT = "weight tensor should be defined either for all or no classes"
+_WEIGHT_OF_C = ("weight tensor should be defined either for all {classes} classes or no classes "
+                "but got weight tensor of shape: {shape}")
 
 RULES: dict = {
     **{op: _along_dim(RuntimeError, _BOUNDS)
@@ -143,10 +151,10 @@ RULES: dict = {
     aten._embedding_bag_forward_only.default: _bag,
     aten.max_unpool2d.default: _unpool,
     aten.max_unpool3d.default: _unpool,
-    aten.nll_loss_forward.default: _targets(1, IndexError, _TARGET, ignore_at=4),
-    aten.nll_loss2d_forward.default: _targets(1, IndexError, _TARGET, ignore_at=4),
-    aten.nll_loss_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
-    aten.nll_loss2d_backward.default: _targets(2, IndexError, _TARGET, ignore_at=5),
+    aten.nll_loss_forward.default: _targets(1, IndexError, _TARGET, 4, weights=_WEIGHT_OF_C),
+    aten.nll_loss2d_forward.default: _targets(1, IndexError, _TARGET, 4, weights=_WEIGHT),
+    aten.nll_loss_backward.default: _targets(2, IndexError, _TARGET, 5, weights=_WEIGHT),
+    aten.nll_loss2d_backward.default: _targets(2, IndexError, _TARGET, 5, weights=_WEIGHT),
     # -1 ends a row's targets; the CPU checks those after it too
     aten.multilabel_margin_loss_forward.default: _targets(1, RuntimeError, _MULTILABEL, low=-1),
     aten.multilabel_margin_loss_backward.default: _targets(2, RuntimeError, _MULTILABEL, low=-1),
