@@ -537,10 +537,10 @@ def fallback_op(func, args, kwargs, why="no lowering"):
     name = str(func)
     metrics.fallback(name)
     log.emit("fallback", f"{name} runs on the CPU ({why}) at [green]{log.user_frame()}[/]")
-    if _reads_device_values(func, args, kwargs):
+    outs = _out_names(func)
+    if _reads_device_values(args, kwargs, outs):
         sync.sync(f"fallback:{name}")
     cpu_args = _to_cpu_args(args)
-    outs = _out_names(func)
     cpu_kwargs = {k: _blank(v) if k in outs else _to_cpu_args(v) for k, v in kwargs.items()}
     if isinstance(cpu_kwargs.get("device"), torch.device) or cpu_kwargs.get("device") == "wse":
         cpu_kwargs["device"] = torch.device("cpu")
@@ -558,19 +558,22 @@ def _blank(out):
     downloaded (which would sync)."""
     if isinstance(out, (list, tuple)):
         return type(out)(_blank(o) for o in out)
-    if isinstance(out, WseTensor) and not isinstance(out, WseSparseTensor):
+    if _dense(out):
         return torch.empty(out.shape, dtype=out.dtype)
     return _to_cpu_args(out)
 
 
-def _reads_device_values(func, args, kwargs) -> bool:
+def _dense(t) -> bool:
+    """A wse tensor whose values are on the device (a sparse one's are on the host)."""
+    return isinstance(t, WseTensor) and not isinstance(t, WseSparseTensor)
+
+
+def _reads_device_values(args, kwargs, outs) -> bool:
     """Whether the CPU kernel reads a dense wse tensor's value, which needs a sync first. Not
-    for a factory (randperm with device="wse"), an out= tensor it only writes, or a sparse
-    tensor, whose values live on the host (tensor/sparse.py): the trace goes on uncut."""
-    outs = _out_names(func)
+    for a factory (randperm with device="wse"), an out= tensor (named in `outs`) it only
+    writes, or a sparse tensor (tensor/sparse.py): the trace goes on uncut."""
     named = [v for k, v in kwargs.items() if k not in outs]
-    return any(isinstance(t, WseTensor) and not isinstance(t, WseSparseTensor)
-               for t in pytree.tree_leaves([list(args), named]))
+    return any(_dense(t) for t in pytree.tree_leaves([list(args), named]))
 
 
 def _copy_back(dst, src):

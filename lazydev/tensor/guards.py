@@ -12,6 +12,8 @@ embedding_bag's offsets to start at 0 and end within the indices.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..trace import checks
@@ -38,8 +40,7 @@ def in_unit_interval(t, cid: int):
     if not isinstance(t, WseTensor) or not t.dtype.is_floating_point:
         return t
     x = value(t)
-    ok = ew(Op.AND, torch.bool, x.shape, ew(Op.GE, torch.bool, x.shape, x, const(0, x.dtype)),
-            ew(Op.LE, torch.bool, x.shape, x, const(1, x.dtype)))
+    ok = ew(Op.AND, torch.bool, x.shape, checks.compare(x, Op.GE, 0), checks.compare(x, Op.LE, 1))
     bad = ew(Op.NOT, torch.bool, x.shape, ok)
     return from_node(checks.checked(x, bad, const(0, torch.int64), cid))
 
@@ -88,11 +89,11 @@ def _bag(args, kwargs):
         o = value(offsets)
         kind = "LongTensor" if o.dtype is torch.int64 else "IntTensor"
         first, last = checks.element(o, 0), checks.element(o, o.numel - 1)
-        checks.keep(ew(Op.NE, torch.bool, (), first, const(0, o.dtype)), first, checks.message(
+        checks.keep(checks.compare(first, Op.NE, 0), first, checks.message(
             RuntimeError, "offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
             f"has to start from position 0. However, got {{value}}\n[ torch.{kind}{{{{}}}} ]"))
         length = args[1].numel()
-        checks.keep(ew(Op.GT, torch.bool, (), last, const(length, o.dtype)), last, checks.message(
+        checks.keep(checks.compare(last, Op.GT, length), last, checks.message(
             RuntimeError, f"offsets[-1] can not be greater than input's length {length} but got "
             "offsets[-1] of {value}"))
     return _replace(args, 1, _checked(args[1], n, cid)), kwargs
@@ -103,10 +104,7 @@ def _unpool(args, kwargs):
     size = tuple(args[2])
     cid = checks.message(RuntimeError, "Found an invalid max index: {value} (output volumes are "
                          f"of size {'x'.join(map(str, size))})")
-    n = 1
-    for d in size:
-        n *= d
-    return _replace(args, 1, _checked(args[1], n, cid)), kwargs
+    return _replace(args, 1, _checked(args[1], math.prod(size), cid)), kwargs
 
 
 def _targets(pos: int, kind: type, template: str, ignore_at=None, low: int = 0,
@@ -178,8 +176,7 @@ def assert_async(func, args, kwargs):
         cid = checks.message(RuntimeError,
                              "Expected Tensor with single nonzero value, but got zero")
     node = value(t)
-    zero = ew(Op.EQ, torch.bool, node.shape, node, const(0, node.dtype))
-    checks.keep(zero, const(0, torch.int64), cid)
+    checks.keep(checks.compare(node, Op.EQ, 0), const(0, torch.int64), cid)
 
 
 def register(lib) -> None:

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from .build import as_node, cast, ew, expand
+from .build import cast, const, ew, expand
 from .ir import Node, Op
 from .state import Storage, current
 
@@ -59,22 +59,23 @@ def keep(bad: Node, shown: Node, cid: int) -> None:
     current().keep.append(Storage(node.numel, torch.bool, node=node))
 
 
+def compare(x: Node, op: Op, number) -> Node:
+    """`x op number` elementwise (Op.LT, Op.NE, ...), the number a compile-time constant."""
+    return ew(op, torch.bool, x.shape, x, const(number, x.dtype))
+
+
 def in_range(index: Node, size: int, cid: int, low: int = 0, allowed=None) -> Node:
     """`index`, failing where it is outside [low, size) and not equal to `allowed`."""
-    i64, shape = index.dtype, index.shape
-    below = ew(Op.LT, torch.bool, shape, index, as_node(low, i64))
-    above = ew(Op.GE, torch.bool, shape, index, as_node(size, i64))
-    bad = ew(Op.OR, torch.bool, shape, below, above)
+    bad = ew(Op.OR, torch.bool, index.shape, compare(index, Op.LT, low),
+             compare(index, Op.GE, size))
     if allowed is not None:
-        other = ew(Op.NE, torch.bool, shape, index, as_node(allowed, i64))
-        bad = ew(Op.AND, torch.bool, shape, bad, other)
+        bad = ew(Op.AND, torch.bool, index.shape, bad, compare(index, Op.NE, allowed))
     return checked(index, bad, index, cid)
 
 
 def bounded(index: Node, op: Op, bound: int, cid: int) -> Node:
     """`index`, failing where `index op bound` (Op.LT, Op.GE, ...) holds."""
-    bad = ew(op, torch.bool, index.shape, index, as_node(bound, index.dtype))
-    return checked(index, bad, index, cid)
+    return checked(index, compare(index, op, bound), index, cid)
 
 
 def element(x: Node, k: int) -> Node:
@@ -84,10 +85,8 @@ def element(x: Node, k: int) -> Node:
 
 def wrapped(index: Node, size: int) -> Node:
     """A checked index in [-size, size) as Python wraps it, into [0, size)."""
-    i64, shape = index.dtype, index.shape
-    negative = ew(Op.LT, torch.bool, shape, index, as_node(0, i64))
-    shifted = ew(Op.ADD, i64, shape, index, as_node(size, i64))
-    return ew(Op.WHERE, i64, shape, negative, shifted, index)
+    shifted = ew(Op.ADD, index.dtype, index.shape, index, const(size, index.dtype))
+    return ew(Op.WHERE, index.dtype, index.shape, compare(index, Op.LT, 0), shifted, index)
 
 
 def error(errinfo) -> Exception:

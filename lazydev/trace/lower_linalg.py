@@ -25,8 +25,8 @@ import struct
 import torch
 
 from . import checks
-from .build import (Unsupported, broadcast_shape, cast, const, contiguous_strides, ew, expand, full,
-                    permute, reduce, reshape)
+from .build import (Unsupported, broadcast_shape, cast, contiguous_strides, expand, full, permute,
+                    reduce, reshape)
 from .ir import Node, Op
 from .lower import register
 
@@ -118,7 +118,7 @@ def deferred_check(info: Node, api_name: str, is_matrix: bool) -> None:
     info = cast(info, torch.int32)
     cid = checks.check_id(f"linalg: {api_name}: {is_matrix}",
                           lambda value, index: linalg_error(value, index, api_name, is_matrix))
-    checks.keep(ew(Op.NE, torch.bool, info.shape, info, const(0, torch.int32)), info, cid)
+    checks.keep(checks.compare(info, Op.NE, 0), info, cid)
 
 
 def linalg_error(info: int, batch: int, api_name: str, is_matrix: bool) -> Exception:
