@@ -321,3 +321,35 @@ def test_a_wse_device_index_other_than_0_is_refused(make):
     with pytest.raises(RuntimeError, match="there is no wse:[12]: lazydev has one wse device"):
         make()
     assert_same(torch.ones(3).to("wse:0"), torch.ones(3))
+
+
+def test_assigning_data_replaces_the_values_as_on_the_cpu():
+    """`p.data = t` on a wse parameter kept p's old values: torch's set_data copies only the
+    C++ metadata, and a wse tensor's state is on the Python object."""
+    results = {}
+    for dev in ("cpu", "wse"):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 2).to(dev)
+        m.weight.data = torch.arange(6.0).view(2, 3).to(dev)     # new values, same shape
+        m.bias.data = torch.ones(5, device=dev)[1:3]             # a view of another storage
+        shared = m.bias.data
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        m(torch.ones(4, 3, device=dev)).pow(2).sum().backward()
+        opt.step()                                # updates through p reach what p.data shares
+        grown = torch.nn.Parameter(torch.zeros(2, device=dev))
+        grown.data = torch.arange(4, device=dev).to(torch.float64)    # new shape and dtype
+        results[dev] = [m.weight.detach(), m.bias.detach(), shared, grown.detach() * 2,
+                        m(torch.ones(1, 3, device=dev)).detach()]
+        assert grown.shape == (4,) and grown.dtype == torch.float64 and grown.requires_grad
+    assert_same(results["wse"], results["cpu"])
+    with pytest.raises(RuntimeError, match=r"\.data of a wse tensor to a cpu tensor: move it"):
+        torch.ones(2, device="wse").data = torch.zeros(2)
+
+
+def test_format_of_a_scalar_tensor_formats_its_number():
+    """f"{loss:.4f}" raised TypeError for a wse loss (torch formats only its own class)."""
+    for dev in ("cpu", "wse"):
+        x = torch.tensor(1.23456, device=dev, requires_grad=True) * 2
+        assert f"{x:.3f} {x} {x:>8.1e}" == "2.469 2.4691200256347656  2.5e+00"
+        with pytest.raises(TypeError, match="unsupported format string"):
+            f"{torch.ones(2, device=dev):.3f}"

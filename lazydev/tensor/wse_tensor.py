@@ -20,6 +20,7 @@ WSE = torch.device("wse", 0)
 _STRIDES: dict = {}         # shape -> row-major strides
 _LAZY_STATE = frozenset(("_st", "_lz_meta", "_lz_full", "_lz_cache"))   # lazydev's, per tensor
 _AS_STRIDED, _SCATTER_STRIDED = Op.AS_STRIDED, Op.SCATTER_STRIDED    # see trace/state.py _DATA
+_DATA = torch.Tensor.data           # torch's own .data descriptor, which WseTensor.data wraps
 
 
 _acquire, _release = state.RECORDING.acquire, state.RECORDING.release
@@ -177,6 +178,30 @@ class WseTensor(torch.Tensor):
             if k not in _LAZY_STATE:
                 new.__dict__[k] = copy.deepcopy(v, memo)
         return new
+
+    # `p.data = t` (torch's set_data) copies only the C++ metadata into p: lazydev's state is on
+    # the Python object, so p kept its old values (`model.weight.data = w` did nothing).
+    @property
+    def data(self):
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        if not isinstance(new, WseTensor):
+            what = new.device.type if isinstance(new, torch.Tensor) else type(new).__name__
+            raise RuntimeError(
+                f"cannot set .data of a wse tensor to a {what} tensor: move it first "
+                "(`p.data = t.to('wse')`) or copy into p (`p.data.copy_(t)`)")
+        _DATA.__set__(self, new)
+        self._st = new._st
+        self._lz_meta, self._lz_full, self._lz_cache = new._lz_meta, new._lz_full, None
+
+    def __format__(self, spec):
+        # torch.Tensor.__format__ formats a 0-d tensor's number for its own class only: a wse
+        # loss in f"{loss:.4f}" raised TypeError.
+        if self.dim() == 0:
+            return self.detach().item().__format__(spec)
+        return object.__format__(self, spec)
 
     def __bool__(self):
         return bool(to_cpu(self, reason="bool"))
