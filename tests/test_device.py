@@ -353,3 +353,35 @@ def test_format_of_a_scalar_tensor_formats_its_number():
         assert f"{x:.3f} {x} {x:>8.1e}" == "2.469 2.4691200256347656  2.5e+00"
         with pytest.raises(TypeError, match="unsupported format string"):
             f"{torch.ones(2, device=dev):.3f}"
+
+
+_OVERLAP_WRITES = {
+    "add_": lambda x: x.add_(1), "copy_": lambda x: x.copy_(torch.ones(2, 3)),
+    "uniform_": lambda x: x.uniform_(), "relu_": lambda x: x.relu_(),
+    "out=": lambda x: torch.add(torch.ones(2, 3, device=x.device), 1, out=x),
+    "setitem all": lambda x: x.__setitem__(slice(None), 5.0),
+    "scatter_add_": lambda x: x.scatter_add_(
+        1, torch.zeros(2, 1, dtype=torch.long, device=x.device), torch.ones(2, 1, device=x.device)),
+    "fill_": lambda x: x.fill_(2.0), "zero_": lambda x: x.zero_(),
+    "masked_fill_": lambda x: x.masked_fill_(torch.ones(2, 3, dtype=torch.bool, device=x.device),
+                                             1.0),
+    "setitem one": lambda x: x.__setitem__(0, 5.0), "tril_": lambda x: x.tril_()}
+
+
+@pytest.mark.parametrize("name", _OVERLAP_WRITES)
+def test_writing_an_expanded_tensor_raises_or_not_as_on_the_cpu(name):
+    """x.expand(...).add_(1) wrote on wse where the CPU refuses (each element of the storage
+    would get one of several results); fill_, zero_, masked_fill_, ... are allowed."""
+    outcome = {}
+    for dev in ("cpu", "wse"):
+        x = torch.zeros(1, 3, device=dev).expand(2, 3)
+        try:
+            _OVERLAP_WRITES[name](x)
+            outcome[dev] = x.cpu()
+        except RuntimeError as e:
+            outcome[dev] = str(e)
+    if isinstance(outcome["cpu"], str):
+        assert outcome["cpu"].startswith("unsupported operation: more than one element")
+        assert outcome["wse"] == outcome["cpu"]
+    else:
+        assert_same(outcome["wse"], outcome["cpu"])

@@ -111,7 +111,39 @@ def _choose(func):
         handler = _strided_only(handler)
     if "device" in names:
         handler = _one_device(handler)
+    written = [i for i in _mutated_positions(func) if func._schema.arguments[i].type.kind()
+               == "TensorType"]
+    if written and torch.Tag.inplace_view not in func.tags and func not in _MAY_OVERLAP \
+            and not func.name().startswith("aten::_foreach_"):
+        handler = _no_internal_overlap(handler, written)
     return handler
+
+
+# In-place ops the CPU lets write to a tensor whose elements share memory (an expanded one):
+# their kernels write every element the same way. set_/resize_ only move the view.
+_MAY_OVERLAP = frozenset({
+    aten.fill_.Scalar, aten.zero_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor,
+    aten.index_put_.default, aten._index_put_impl_.default, aten.index_fill_.int_Scalar,
+    aten.index_fill_.int_Tensor, aten.tril_.default, aten.triu_.default, aten.baddbmm_.default,
+    aten.resize_.default, aten.resize_as_.default, aten.set_.source_Tensor,
+    aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
+    aten.set_.source_Tensor_storage_offset, aten.set_.default})
+
+
+def _no_internal_overlap(handler, positions):
+    """An op that writes a tensor, one element of which stands for several (an expanded
+    one), raises as the CPU's does: the elements would get one of several results."""
+    def run(func, args, kwargs):
+        for pos in positions:
+            t = _arg_at(func, pos, args, kwargs)
+            if type(t) is WseTensor and replay.overlaps_itself(t):
+                raise RuntimeError(
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation.")
+        return handler(func, args, kwargs)
+    run.unchecked = handler     # for foreach plans, whose element plans refuse such tensors
+    return run
 
 
 def _one_device(handler):
@@ -520,6 +552,7 @@ def _planned_foreach(func, args, kwargs):
     handler = _HANDLERS.get(elem)
     if handler is None:
         handler = _HANDLERS[elem] = _choose(elem)
+    handler = getattr(handler, "unchecked", handler)
     if handler is inplace_op:
         fn, positions = functional_variant(elem), _mutated_positions(elem)
     elif handler is lowered_op:

@@ -371,12 +371,19 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
     outs = [out] if type(out) is int else list(out)
     for p, ref in zip(positions, outs):
         target = args[p]
-        if type(target) is not WseTensor or ref is None:
-            raise _NotReplayable
+        if type(target) is not WseTensor or ref is None or overlaps_itself(target):
+            raise _NotReplayable    # (the general path raises where the CPU does)
         shape = _ref_shape(plan, ref, tensors)
         if shape != tuple(target.shape):
             raise _NotReplayable    # a result of another shape: the general path decides
     return plan
+
+
+def overlaps_itself(t: WseTensor) -> bool:
+    """Whether elements of `t` share memory (an expanded tensor): the CPU's
+    has_internal_overlap, which refuses most writes to it."""
+    size, stride = t._lz_meta[:2]
+    return 0 in stride and any(s == 0 and n > 1 for n, s in zip(size, stride))
 
 
 def _ref_shape(plan, ref, tensors):
