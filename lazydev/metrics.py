@@ -20,6 +20,11 @@ def count(name: str, n: int = 1) -> None:
     _counts[name] += n
 
 
+def syncs() -> int:
+    """Syncs so far (cheap: for telling whether a call read values)."""
+    return _counts["syncs"]
+
+
 def fallback(op_name: str) -> None:
     _fallbacks[op_name] += 1
 

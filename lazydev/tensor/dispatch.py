@@ -313,7 +313,14 @@ def decomposed_op(func, args, kwargs):
             return own(*args, **kwargs)
         except Unsupported as e:
             return fallback_op(func, args, kwargs, why=str(e))
-    out = decomposition_table[func](*args, **kwargs)
+    syncs = metrics.syncs()
+    try:
+        out = decomposition_table[func](*args, **kwargs)
+    except Exception as e:
+        if metrics.syncs() != syncs:    # it read values: the error may be theirs, not the call's
+            raise
+        # The decomposition's ops (amin and amax for aminmax) or its asserts speak for it.
+        raise meta.users_error(func, args, kwargs, e) from None
     if out is NotImplemented:       # the decomposition does not cover these arguments
         return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
     return out

@@ -87,6 +87,9 @@ for _name, _op in _BINARY_OPS.items():
 
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(spec, a, b):
+    if type(b) is int and b < 0 and isinstance(a, Node) and not (
+            spec.dtype.is_floating_point or spec.dtype.is_complex):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
     if isinstance(b, int) and not isinstance(b, bool) and spec.dtype.is_floating_point:
         # An integer exponent is structure (x*x for 2), not a runtime value.
         return ew(Op.POW, spec.dtype, spec.shape, as_node(a, spec.dtype), const(b, torch.int64))
@@ -255,23 +258,31 @@ def _prod(spec, x, dim=None, keepdim=False, dtype=None):
     return reduce(Op.PROD, cast(x, spec.dtype), _axes(x, dim), keepdim, spec.dtype)
 
 
-def _minmax(op: Op):
+def _minmax(op: Op, name: str):
     def lower(spec, x, dim=None, keepdim=False):
-        _no_empty_reduce(x, dim)
+        _no_empty_reduce(name, x, dim)
         return reduce(op, x, _axes(x, dim), keepdim, spec.dtype)
     return lower
 
 
-def _no_empty_reduce(x, dim):
+def _no_empty_reduce(name: str, x, dim):
+    """The CPU's errors for a max/min with no identity over no elements."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        if x.numel == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                               "input.numel() == 0. Specify the reduction dim with the 'dim' "
+                               "argument.")
+        return
     for a in _axes(x, dim):
         if x.shape and x.shape[a] == 0:
-            raise IndexError("max(): Expected reduction dim to be specified for input.numel() == 0.")
+            raise IndexError(f"{name}(): Expected reduction dim {a % len(x.shape)} to have "
+                             "non-zero size.")
 
 
-register(aten.amax.default)(_minmax(Op.RMAX))
-register(aten.amin.default)(_minmax(Op.RMIN))
-register(aten.max.default)(_minmax(Op.RMAX))
-register(aten.min.default)(_minmax(Op.RMIN))
+register(aten.amax.default)(_minmax(Op.RMAX, "amax"))
+register(aten.amin.default)(_minmax(Op.RMIN, "amin"))
+register(aten.max.default)(_minmax(Op.RMAX, "max"))
+register(aten.min.default)(_minmax(Op.RMIN, "min"))
 
 
 def _arg(op: Op):
@@ -295,7 +306,7 @@ register(aten.argmin.default)(_arg(Op.ARGMIN))
 
 def _minmax_dim(vop: Op, iop: Op):
     def lower(spec, x, dim, keepdim=False):
-        values = _minmax(vop)(spec[0], x, dim, keepdim)
+        values = _minmax(vop, "max" if vop is Op.RMAX else "min")(spec[0], x, dim, keepdim)
         indices = _arg(iop)(spec[1], x, dim, keepdim)
         return values, indices
     return lower

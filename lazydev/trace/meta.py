@@ -114,16 +114,47 @@ def _run_meta(func, args, kwargs):
         raise MetaUnsupported(str(e)) from e
     except RuntimeError as e:
         # Data-dependent ops and ops without meta kernels say so in a RuntimeError; anything
-        # else (a shape mismatch, a bad dim) is the user's error and is raised as it is.
+        # else (a shape mismatch, a bad dim) is the user's error.
         msg = str(e)
         if "meta" in msg.lower() or "data-dependent" in msg or "DataDependent" in type(e).__name__:
             raise MetaUnsupported(msg) from e
-        raise
+        raise users_error(func, args, kwargs, e) from None
     except Exception as e:
         if "DataDependent" in type(e).__name__ or "Unbacked" in type(e).__name__:
             raise MetaUnsupported(str(e)) from e
-        raise
+        raise users_error(func, args, kwargs, e) from None
     return _spec_of(out)
+
+
+_CPU_RERUN_LIMIT = 1 << 22      # elements: a re-run on the CPU allocates the inputs
+
+
+def users_error(func, args, kwargs, e: Exception) -> Exception:
+    """The exception the CPU raises for this call, `e` (the meta kernel's) if it raises none.
+    Meta kernels often say it differently (amax over an empty dim: "reducing over zero-size
+    dimension ..." where the CPU raises IndexError "amax(): Expected reduction dim 0 to have
+    non-zero size."), and a user expects the CPU's. Runs the op on zero-filled CPU inputs of
+    the same sizes, so only on this error path and for small inputs."""
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    if any(isinstance(a, torch.Generator) for a in leaves) or sum(
+            a.numel() for a in leaves if isinstance(a, torch.Tensor)) > _CPU_RERUN_LIMIT:
+        return e
+
+    def cpu(a):
+        if isinstance(a, torch.Tensor):
+            size, stride, offset, numel, dtype = getattr(a, "_lz_meta", None) or (
+                a.shape, a.stride(), a.storage_offset(), a.numel(), a.dtype)
+            return torch.zeros(max(numel, 1), dtype=dtype).as_strided(size, stride, offset)
+        if isinstance(a, torch.device):
+            return torch.device("cpu")
+        return a
+    cargs, ckwargs = torch.utils._pytree.tree_map(cpu, (args, kwargs))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            func(*cargs, **ckwargs)
+    except Exception as cpu_error:      # noqa: BLE001 - handed to the user, as the CPU's
+        return cpu_error
+    return e
 
 
 def stats() -> dict:
