@@ -292,6 +292,26 @@ def test_forward_mode_ad_runs_on_the_device():
     assert not counters()["fallbacks"]
 
 
+def test_jacfwd_with_python_numbers_in_the_function():
+    """torch.func.jacfwd(lambda v: v * 2) raised DeviceMismatch: the number's zero tangent
+    takes its shape from `.to("meta")` of the wse operand, which returned a wse tensor."""
+    x = torch.linspace(-1, 1, 6).view(2, 3)
+    fns = [lambda v: v * 2, lambda v: (v * 2 + 1).sin().sum(0) / 3, lambda v: 3 - v.exp()]
+    for f in fns:
+        assert_same(torch.func.jacfwd(f)(x.to("wse")), torch.func.jacfwd(f)(x))
+    assert not counters()["fallbacks"]
+
+
+def test_to_another_device_type_goes_there_or_raises_its_error():
+    x = torch.ones(3, 4, device="wse").t()
+    m = x.to("meta", torch.float16)
+    assert type(m) is torch.Tensor and m.is_meta and m.dtype == torch.float16
+    assert m.shape == (4, 3) and m.stride() == (1, 4)
+    if not torch.cuda.is_available():
+        with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+            x.to("cuda")
+
+
 def test_detach_and_alias_share_the_storage_and_keep_the_view():
     x = torch.randn(6, 8)
     w = x.to("wse")

@@ -49,8 +49,11 @@ def _to_copy(func, args, kwargs):
     x = args[0]
     device = kwargs.get("device")
     dtype = kwargs.get("dtype") or x.dtype
-    if device is not None and torch.device(device).type == "cpu":
-        return to_cpu(x, reason="cpu").to(dtype)
+    kind = torch.device(device).type if device is not None else "wse"
+    if kind == "meta":              # (functorch's zero tangents go through meta for shapes)
+        return func(meta._to_meta(x), **kwargs)
+    if kind != "wse":               # the CPU, or through it to another device (or its error)
+        return to_cpu(x, reason="cpu").to(dtype=dtype, device=device)
     if not isinstance(x, WseTensor):
         return _upload(x.to(dtype))
     kw = {k: v for k, v in kwargs.items() if k in ("dtype",)}
