@@ -418,12 +418,17 @@ static inline int64_t wse_ipow(int64_t base, int64_t exp) {
   return r;
 }
 
-/* float -> int64 without C's undefined behaviour: NaN gives 0, out-of-range saturates. */
+/* Float -> integer as PyTorch's CPU kernels give it on x86 (cvttss2si/cvttsd2si): NaN and values
+   out of range become INT64_MIN for int64, INT32_MIN for the narrower types, which then keep
+   their low bits (inf -> uint8 is 0, 300.0 -> uint8 is 44). C leaves these undefined. */
 static inline int64_t wse_f2i64(double x) {
-  if (x != x) return 0;
-  if (x >= 9.2233720368547758e18) return INT64_MAX;
-  if (x <= -9.2233720368547758e18) return INT64_MIN;
+  if (!(x >= -9.2233720368547758e18 && x < 9.2233720368547758e18)) return INT64_MIN;
   return (int64_t)x;
+}
+
+static inline int32_t wse_f2i32(double x) {
+  if (!(x > -2147483649.0 && x < 2147483648.0)) return INT32_MIN;
+  return (int32_t)x;
 }
 
 #endif /* WSE_PREFIX_H */

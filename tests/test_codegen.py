@@ -561,3 +561,15 @@ def test_attention_keys_are_copied_as_rows_and_transposed_by_the_gemm():
     assert copies and all(c.startswith("AS_STRIDED, float32[2, 4, 16, 8]") for c in copies), \
         [c[:60] for c in copies]
     assert ", 0, 1, " in code and ", 1, 0, " in code       # a GEMM with each operand transposed
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16])
+def test_float_to_integer_casts_give_the_cpus_results_out_of_range(src):
+    """C leaves NaN, inf and out-of-range float -> int undefined; the CPU kernels give x86's
+    results (INT32_MIN, then the low bits, for the narrow types): inf -> uint8 was 255, 1e10 ->
+    int32 1410065408 and NaN -> int64 0 here."""
+    x = torch.tensor([300.0, -1.5, 1e10, -1e10, float("nan"), float("inf"), -float("inf"), 2.7,
+                      -2.7, 3e9, -3e9, 1e19, 128.0, -129.0, 70000.0, 2.0 ** 31, -2.0 ** 31])
+    x = x.to(src)
+    for dst in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool):
+        assert_same(x.to("wse").to(dst), x.to(dst))

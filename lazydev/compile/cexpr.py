@@ -187,9 +187,10 @@ def cast_expr(dst, src, x: str) -> str:
     if dst is torch.bool:
         return f"({x} != 0)"
     if src.is_floating_point and not dst.is_floating_point:
-        # C leaves float->int conversion of out-of-range values undefined; PyTorch gives
-        # platform results. Keep it defined: NaN -> 0, saturate the rest via int64.
-        return f"(({vtype(dst)})wse_f2i64((double){x}))"
+        # C leaves float->int conversion of NaN and out-of-range values undefined: x86's
+        # results, as PyTorch's CPU kernels give them (csrc/wse_prefix.h).
+        wide = "wse_f2i64" if dst is torch.int64 else "wse_f2i32"
+        return f"(({vtype(dst)}){wide}((double){x}))"
     return round_half(dst, f"(({vtype(dst)}){x})")
 
 
