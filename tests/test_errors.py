@@ -21,6 +21,39 @@ _CASES = {
     "int pow_ -2": lambda d: torch.tensor([2, 3], device=d).pow_(-2),
     "bool ** -1": lambda d: torch.tensor([True], device=d) ** -1,
     "mm of mismatched shapes": lambda d: torch.ones(2, 3, device=d) @ torch.ones(2, 3, device=d),
+    "softmax dim 2 of 2-d": lambda d: torch.ones(2, 3, device=d).softmax(2),
+    "half softmax dim -3": lambda d: torch.ones(2, 3, device=d).half().softmax(-3),
+    "sort dim 2 of 2-d": lambda d: torch.ones(2, 3, device=d).sort(2),
+    "reflect pad wider than the input": lambda d: torch.nn.functional.pad(
+        torch.ones(1, 2, 3, device=d), (4, 4), mode="reflect"),
+    # dtypes the CPU's kernels refuse to mix (the meta kernels do not check)
+    "float64 batch into nn.Linear": lambda d: torch.nn.Linear(3, 2).to(d)(
+        torch.ones(4, 3, dtype=torch.float64, device=d)),
+    "float64 @ float32": lambda d: torch.ones(5, 2, 3, dtype=torch.float64, device=d)
+    @ torch.ones(3, 4, device=d),
+    "addmm float64 bias": lambda d: torch.addmm(torch.ones(2, dtype=torch.float64, device=d),
+                                                torch.ones(2, 3, device=d),
+                                                torch.ones(3, 2, device=d)),
+    "mv": lambda d: torch.mv(torch.ones(2, 3, device=d, dtype=torch.float64),
+                             torch.ones(3, device=d)),
+    "layer_norm float64 weight": lambda d: torch.nn.functional.layer_norm(
+        torch.ones(2, 3, device=d), (3,), torch.ones(3, dtype=torch.float64, device=d)),
+    "batch_norm float64 stats": lambda d: torch.nn.functional.batch_norm(
+        torch.ones(2, 3, device=d), torch.ones(3, dtype=torch.float64, device=d),
+        torch.ones(3, device=d)),
+    "nll_loss float64 weight": lambda d: torch.nn.functional.nll_loss(
+        torch.ones(2, 3, device=d), torch.tensor([0, 1], device=d),
+        weight=torch.ones(3, dtype=torch.float64, device=d)),
+    "x[i] = float64 into float32": lambda d: torch.ones(3, device=d).__setitem__(
+        torch.tensor([0], device=d), torch.ones(1, dtype=torch.float64, device=d)),
+    "index_add float64 source": lambda d: torch.ones(3, device=d).index_add_(
+        0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.float64, device=d)),
+    "embedding float indices": lambda d: torch.nn.functional.embedding(
+        torch.ones(2, device=d), torch.ones(5, 3, device=d)),
+    "index_select float index": lambda d: torch.ones(3, device=d).index_select(
+        0, torch.ones(2, device=d)),
+    "one_hot int32 classes": lambda d: torch.nn.functional.one_hot(
+        torch.ones(3, dtype=torch.int32, device=d)),
 }
 
 
@@ -39,10 +72,37 @@ def test_bad_input_raises_the_cpu_error(name):
     lambda d: torch.pow(2, torch.tensor([-1, 2], device=d)),
     lambda d: torch.tensor([2, 4], device=d) ** -1.0,
     lambda d: torch.ones(0, 3, device=d).amax(1),
-    lambda d: torch.ones(0, 2, device=d).logsumexp(0)], ids=range(5))
+    lambda d: torch.ones(0, 2, device=d).logsumexp(0),
+    # mixes the CPU allows: asked once, then recorded as before
+    lambda d: torch.nn.functional.layer_norm(torch.ones(2, 3, device=d, dtype=torch.bfloat16),
+                                             (3,), torch.ones(3, device=d) * 2),
+    lambda d: torch.nn.functional.batch_norm(
+        torch.arange(6.0, device=d).view(2, 3).bfloat16(), torch.zeros(3, device=d),
+        torch.ones(3, device=d), torch.ones(3, device=d), torch.zeros(3, device=d)),
+    lambda d: torch.nn.functional.embedding(torch.tensor([2, 0], dtype=torch.int32, device=d),
+                                            torch.arange(15.0, device=d).view(5, 3))],
+    ids=range(8))
 def test_the_same_calls_with_good_input_compute(make):
     """What the CPU allows (a negative exponent tensor: 2 ** -1 == 0) stays allowed."""
     want = make("cpu")
     got = make("wse").cpu()
+    assert make("wse").cpu().equal(got)          # again, from the remembered verdict
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.randn(-1, device=d), lambda d: torch.empty(2, -3, device=d),
+    lambda d: torch.empty_strided((-1, 2), (2, 1), device=d),
+    lambda d: torch.ones(2, device=d).new_empty((-2,))], ids=range(4))
+def test_a_negative_size_raises_the_cpu_error_and_leaves_the_trace_whole(make):
+    """torch.randn(-1, device="wse") made a storage of -1 elements before failing: while its
+    traceback lived (a notebook keeps the last one), every mark_step failed on it."""
+    with pytest.raises(RuntimeError) as cpu:
+        make("cpu")
+    with pytest.raises(RuntimeError) as wse:
+        make("wse")
+    assert str(wse.value) == str(cpu.value)      # (`wse` keeps the failed call's frames alive)
+    y = torch.ones(3, device="wse") * 2
+    lazydev.mark_step()
+    assert y.cpu().tolist() == [2.0, 2.0, 2.0]

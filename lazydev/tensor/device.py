@@ -90,6 +90,9 @@ def check_index(device) -> None:
 def _numel(size) -> int:
     n = 1
     for d in size:
+        if d < 0:       # before any storage is made: a negative one would fail every later sync
+            raise RuntimeError(f"Trying to create tensor with negative dimension {d}: "
+                               f"{list(size)}")
         n *= d
     return n
 

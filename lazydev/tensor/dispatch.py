@@ -17,7 +17,7 @@ from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
-from . import foreach, guards, replay
+from . import dtypes, foreach, guards, replay
 from .device import check_index
 from .sparse import WseSparseTensor
 from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
@@ -105,7 +105,7 @@ def _raise_deferred():
 
 
 def _choose(func):
-    handler = guards.guarded(func, _choose_handler(func))
+    handler = dtypes.checked(func, guards.guarded(func, _choose_handler(func)))
     names = {a.name for a in func._schema.arguments}
     if "layout" in names:
         handler = _strided_only(handler)
@@ -329,8 +329,12 @@ def decomposed_op(func, args, kwargs):
 def _complex_out(func, args, kwargs) -> bool:
     try:
         return meta.involves_complex(meta.infer(func, args, kwargs))
-    except Exception:               # noqa: BLE001 - no meta kernel: the decomposition decides
+    except meta.MetaUnsupported:    # no meta kernel: the decomposition decides
         return False
+    except Exception:               # noqa: BLE001 - raised if the CPU raises too (it is its)
+        if meta.cpu_error(func, args, kwargs, expand_large=False) is not None:
+            raise                   # (reflection_pad1d's pad too large: the decomposition
+        return False                # would index outside the input)
 
 
 def composite_op(func, args, kwargs):

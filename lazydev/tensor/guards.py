@@ -186,7 +186,9 @@ def register(lib) -> None:
 
 
 def _one_hot(x, num_classes=-1):
-    if isinstance(x, WseTensor) and x.dtype is torch.int64 and x.numel():
+    if isinstance(x, WseTensor) and x.dtype is not torch.int64:     # (the CPU's static check)
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if isinstance(x, WseTensor) and x.numel():
         node = checks.bounded(value(x), Op.LT, 0, checks.message(
             RuntimeError, "Class values must be non-negative."))
         if num_classes > 0:

@@ -29,6 +29,7 @@ from ..trace.macro import MACRO_MIN, Macro
 from ..trace.lower import LOWERINGS
 from ..trace.meta import _VALUE_SENSITIVE, infer, involves_complex
 from .wse_tensor import WseTensor, from_node, value, write
+from . import dtypes
 
 _PLANS: dict = {}           # signature -> Plan (a view op: its output specs), or None
 _MAX_PLANS = 20000          # a bound against signatures that never repeat (growing shapes)
@@ -366,6 +367,8 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
     lower = LOWERINGS.get(fn)
     if lower is None or not positions or positions[-1] >= len(args):
         raise _NotReplayable
+    if dtypes.has_rule(fn):
+        dtypes.check(fn, args, kwargs)    # the plan runs fn's lowering, not its handler
     plan = build(fn, lower, args, kwargs, len(tensors))
     out = plan.macro.out
     outs = [out] if type(out) is int else list(out)

@@ -111,6 +111,16 @@ def permute(n: Node, perm) -> Node:
     return Node(Op.PERMUTE, n.dtype, shape, (n,), perm)
 
 
+def wrap_dim(x: Node, dim: int) -> int:
+    """`dim` of `x` as a non-negative axis, or the CPU's IndexError (a 0-d tensor has dims 0
+    and -1). Where the meta kernel does not check (_softmax, sort)."""
+    n = max(len(x.shape), 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {dim})")
+    return dim % n if x.shape else 0
+
+
 def reduce(op: Op, x: Node, axes, keepdim: bool, dtype: torch.dtype) -> Node:
     """Reduce `x` over `axes`; the reduce node keeps the axes as size 1."""
     nd = len(x.shape)

@@ -11,15 +11,14 @@ import math
 import torch
 
 from .build import (Unsupported, as_node, broadcast_shape, cast, contiguous_strides, ew, expand,
-                    full, reduce, reshape)
+                    full, reduce, reshape, wrap_dim)
 from .ir import Node, Op
 from .lower import register
 
 aten = torch.ops.aten
 
 
-def _dim(x: Node, dim: int) -> int:
-    return dim % len(x.shape) if x.shape else 0
+_dim = wrap_dim
 
 
 def _float(x: Node, dtype) -> Node:

@@ -21,7 +21,7 @@ import math
 import torch
 
 from .build import as_node, cast, const, contiguous_strides, ew, expand, full
-from .build import broadcast_shape, reduce, reshape
+from .build import broadcast_shape, reduce, reshape, wrap_dim
 from .ir import Node, Op
 from .lower import _promoted, register, scatter
 
@@ -31,8 +31,7 @@ i64 = torch.int64
 
 # ---- helpers ----------------------------------------------------------------------------------
 
-def _axis(x: Node, dim: int) -> int:
-    return dim % len(x.shape) if x.shape else 0
+_axis = wrap_dim
 
 
 def argsort_rows(x: Node, axis: int, descending: bool = False) -> Node:

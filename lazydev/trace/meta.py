@@ -133,17 +133,28 @@ def users_error(func, args, kwargs, e: Exception) -> Exception:
     """The exception the CPU raises for this call, `e` (the meta kernel's) if it raises none.
     Meta kernels often say it differently (amax over an empty dim: "reducing over zero-size
     dimension ..." where the CPU raises IndexError "amax(): Expected reduction dim 0 to have
-    non-zero size."), and a user expects the CPU's. Runs the op on zero-filled CPU inputs of
-    the same sizes, so only on this error path and for small inputs."""
+    non-zero size."), and a user expects the CPU's. Only on this error path, small inputs."""
+    return cpu_error(func, args, kwargs, expand_large=False) or e
+
+
+def cpu_error(func, args, kwargs, expand_large: bool = True) -> Exception | None:
+    """What the CPU raises for this call, run on zero-filled inputs of the same sizes and
+    strides; None when it raises nothing or cannot be asked (a generator argument, or inputs
+    over _CPU_RERUN_LIMIT elements unless `expand_large`: those are then one zero, expanded, so
+    that errors the CPU raises from the arguments' metadata come without allocating them)."""
     leaves = torch.utils._pytree.tree_leaves((args, kwargs))
-    if any(isinstance(a, torch.Generator) for a in leaves) or sum(
-            a.numel() for a in leaves if isinstance(a, torch.Tensor)) > _CPU_RERUN_LIMIT:
-        return e
+    if any(isinstance(a, torch.Generator) for a in leaves):
+        return None
+    large = sum(a.numel() for a in leaves if isinstance(a, torch.Tensor)) > _CPU_RERUN_LIMIT
+    if large and not expand_large:
+        return None
 
     def cpu(a):
         if isinstance(a, torch.Tensor):
             size, stride, offset, numel, dtype = getattr(a, "_lz_meta", None) or (
                 a.shape, a.stride(), a.storage_offset(), a.numel(), a.dtype)
+            if large:
+                return torch.zeros((), dtype=dtype).expand(size)
             return torch.zeros(max(numel, 1), dtype=dtype).as_strided(size, stride, offset)
         if isinstance(a, torch.device):
             return torch.device("cpu")
@@ -154,7 +165,7 @@ def users_error(func, args, kwargs, e: Exception) -> Exception:
             func(*cargs, **ckwargs)
     except Exception as cpu_error:      # noqa: BLE001 - handed to the user, as the CPU's
         return cpu_error
-    return e
+    return None
 
 
 def stats() -> dict:

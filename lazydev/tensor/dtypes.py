@@ -1,0 +1,114 @@
+"""Dtype agreements that the CPU's kernels require and PyTorch's meta kernels do not check.
+
+A float64 batch into a float32 nn.Linear (numpy data not cast), a float32 input with float64
+class weights, a float index to F.embedding: the CPU raises, and wse computed (in float64, or
+indexing by truncated floats), so code that ran on wse failed on the CPU. A call that breaks a
+rule below asks the CPU for its verdict, on zero inputs of the same sizes (meta.cpu_error), and
+raises the CPU's exception, message included. Some mixes are the CPU's to allow (a bfloat16
+input with float32 weights to layer_norm): the rules only say when to ask, and a mix the CPU
+accepted is remembered and not asked again.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..trace import meta
+
+aten = torch.ops.aten
+
+# Op -> the tensor arguments that must share a dtype.
+_SAME = {
+    aten.mm.default: ("self", "mat2"),
+    aten.addmm.default: ("self", "mat1", "mat2"),
+    aten.baddbmm.default: ("self", "batch1", "batch2"),
+    aten.addbmm.default: ("self", "batch1", "batch2"),
+    aten.mv.default: ("self", "vec"),
+    aten.addmv.default: ("self", "mat", "vec"),
+    aten.native_layer_norm.default: ("input", "weight", "bias"),
+    aten.index_put.default: ("self", "values"),
+    aten._unsafe_index_put.default: ("self", "values"),
+    aten.index_add.default: ("self", "source"),
+    aten.index_copy.default: ("self", "source"),
+    aten.put.default: ("self", "source"),
+    aten._prelu_kernel.default: ("self", "weight"),
+    aten.nll_loss_forward.default: ("self", "weight"),
+    aten.nll_loss2d_forward.default: ("self", "weight"),
+    aten.grid_sampler_2d.default: ("input", "grid"),
+    aten.grid_sampler_3d.default: ("input", "grid"),
+    aten.binary_cross_entropy.default: ("self", "target", "weight"),
+}
+for _bn in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+            aten._native_batch_norm_legit_no_training.default,
+            aten._batch_norm_with_update.default):
+    _SAME[_bn] = ("input", "weight", "bias", "running_mean", "running_var")
+
+# Op -> its index argument, which must be int64 or int32.
+_INDEX = {aten.embedding.default: "indices", aten.index_select.default: "index"}
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+_accepted: set = set()      # (op, dtypes) the CPU accepted
+_checks: dict = {}          # op -> its check(args, kwargs)
+
+
+def check(func, args, kwargs) -> None:
+    """Raise the CPU's error if this call breaks func's dtype rule and the CPU refuses it."""
+    fn = _checks.get(func)
+    if fn is None:
+        fn = _checks[func] = _make_check(func)
+    fn(args, kwargs)
+
+
+def _make_check(func):
+    # Built once per op: the check runs before every mm and addmm.
+    names = [a.name for a in func._schema.arguments]
+    same = tuple(names.index(n) for n in _SAME.get(func, ()))
+    index = names.index(_INDEX[func]) if func in _INDEX else None
+
+    def arg(p, args, kwargs):
+        return args[p] if p < len(args) else kwargs.get(names[p])
+
+    def check(args, kwargs):
+        if index is not None:
+            ix = arg(index, args, kwargs)
+            if ix is None or ix.dtype in _INDEX_DTYPES:
+                return
+        else:
+            first = None
+            for p in same:
+                a = arg(p, args, kwargs)
+                if a is None:
+                    continue
+                if first is None:
+                    first = a.dtype
+                elif a.dtype is not first:
+                    break
+            else:
+                return
+        _ask(func, args, kwargs, tuple(getattr(arg(p, args, kwargs), "dtype", None)
+                                       for p in same + (index,) if p is not None))
+    return check
+
+
+def _ask(func, args, kwargs, dtypes: tuple) -> None:
+    if (func, dtypes) not in _accepted:
+        error = meta.cpu_error(func, args, kwargs)
+        if error is not None:
+            raise error
+        _accepted.add((func, dtypes))
+
+
+def has_rule(func) -> bool:
+    return func in _SAME or func in _INDEX
+
+
+def checked(func, handler):
+    """`handler`, checking func's dtype rule first; `handler` itself for ops without one."""
+    if not has_rule(func):
+        return handler
+    check = _checks[func] = _make_check(func)
+
+    def run(func, args, kwargs):
+        check(args, kwargs)
+        return handler(func, args, kwargs)
+    run.unchecked = getattr(handler, "unchecked", handler)
+    return run
