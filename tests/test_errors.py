@@ -54,6 +54,13 @@ _CASES = {
         0, torch.ones(2, device=d)),
     "one_hot int32 classes": lambda d: torch.nn.functional.one_hot(
         torch.ones(3, dtype=torch.int32, device=d)),
+    "argmax of bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).argmax(),
+    "topk of bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).topk(2),
+    "relu of bools": lambda d: torch.relu(torch.ones(2, dtype=torch.bool, device=d)),
+    "cdist of integers": lambda d: torch.cdist(torch.ones(2, 3, dtype=torch.long, device=d),
+                                               torch.ones(2, 3, dtype=torch.long, device=d)),
+    "soft_margin_loss of integers": lambda d: torch.nn.functional.soft_margin_loss(
+        torch.ones(2, dtype=torch.long, device=d), torch.ones(2, dtype=torch.long, device=d)),
 }
 
 

@@ -1,8 +1,10 @@
-"""Dtype agreements that the CPU's kernels require and PyTorch's meta kernels do not check.
+"""Dtype rules that the CPU's kernels enforce and PyTorch's meta kernels do not check.
 
 A float64 batch into a float32 nn.Linear (numpy data not cast), a float32 input with float64
-class weights, a float index to F.embedding: the CPU raises, and wse computed (in float64, or
-indexing by truncated floats), so code that ran on wse failed on the CPU. A call that breaks a
+class weights, a float index to F.embedding, argmax of a bool tensor: the CPU raises, and wse
+computed (in float64, or indexing by truncated floats), so code that ran on wse failed on the
+CPU. (Dtypes the CPU has no kernel for at all, NotImplementedError "... not implemented for
+'Byte'", are left computed: devices differ in those, as CUDA's do.) A call that breaks a
 rule below asks the CPU for its verdict, on zero inputs of the same sizes (meta.cpu_error), and
 raises the CPU's exception, message included. Some mixes are the CPU's to allow (a bfloat16
 input with float32 weights to layer_norm): the rules only say when to ask, and a mix the CPU
@@ -42,9 +44,35 @@ for _bn in (aten.native_batch_norm.default, aten._native_batch_norm_legit.defaul
             aten._batch_norm_with_update.default):
     _SAME[_bn] = ("input", "weight", "bias", "running_mean", "running_var")
 
-# Op -> its index argument, which must be int64 or int32.
-_INDEX = {aten.embedding.default: "indices", aten.index_select.default: "index"}
-_INDEX_DTYPES = (torch.int64, torch.int32)
+
+def _is_bool(d) -> bool:
+    return d is torch.bool
+
+
+def _not_float(d) -> bool:
+    return not d.is_floating_point
+
+
+def _not_index(d) -> bool:
+    return d not in (torch.int64, torch.int32)
+
+
+def _integral(d) -> bool:
+    return not (d.is_floating_point or d.is_complex)
+
+
+# Op -> (tensor arguments, the dtypes its CPU kernel refuses for any of them).
+_REFUSED = {
+    aten.embedding.default: (("indices",), _not_index),
+    aten.index_select.default: (("index",), _not_index),
+    aten.argmax.default: (("self",), _is_bool),
+    aten.argmin.default: (("self",), _is_bool),
+    aten.topk.default: (("self",), _is_bool),
+    aten.relu.default: (("self",), _is_bool),
+    aten._cdist_forward.default: (("x1", "x2"), _not_float),
+    aten.soft_margin_loss.default: (("self",), _not_float),
+    aten.addcdiv.default: (("tensor1", "tensor2"), _integral),
+}
 
 _accepted: set = set()      # (op, dtypes) the CPU accepted
 _checks: dict = {}          # op -> its check(args, kwargs)
@@ -62,30 +90,29 @@ def _make_check(func):
     # Built once per op: the check runs before every mm and addmm.
     names = [a.name for a in func._schema.arguments]
     same = tuple(names.index(n) for n in _SAME.get(func, ()))
-    index = names.index(_INDEX[func]) if func in _INDEX else None
+    given, refused = _REFUSED.get(func, ((), None))
+    checked = tuple(names.index(n) for n in given)
 
-    def arg(p, args, kwargs):
-        return args[p] if p < len(args) else kwargs.get(names[p])
+    def dtype(p, args, kwargs):
+        return getattr(args[p] if p < len(args) else kwargs.get(names[p]), "dtype", None)
+
+    def breaks(args, kwargs) -> bool:
+        for p in checked:
+            d = dtype(p, args, kwargs)
+            if d is not None and refused(d):
+                return True
+        first = None
+        for p in same:
+            d = dtype(p, args, kwargs)
+            if first is None:
+                first = d
+            elif d is not None and d is not first:
+                return True
+        return False
 
     def check(args, kwargs):
-        if index is not None:
-            ix = arg(index, args, kwargs)
-            if ix is None or ix.dtype in _INDEX_DTYPES:
-                return
-        else:
-            first = None
-            for p in same:
-                a = arg(p, args, kwargs)
-                if a is None:
-                    continue
-                if first is None:
-                    first = a.dtype
-                elif a.dtype is not first:
-                    break
-            else:
-                return
-        _ask(func, args, kwargs, tuple(getattr(arg(p, args, kwargs), "dtype", None)
-                                       for p in same + (index,) if p is not None))
+        if breaks(args, kwargs):
+            _ask(func, args, kwargs, tuple(dtype(p, args, kwargs) for p in same + checked))
     return check
 
 
@@ -98,7 +125,7 @@ def _ask(func, args, kwargs, dtypes: tuple) -> None:
 
 
 def has_rule(func) -> bool:
-    return func in _SAME or func in _INDEX
+    return func in _SAME or func in _REFUSED
 
 
 def checked(func, handler):
