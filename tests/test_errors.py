@@ -54,6 +54,34 @@ _CASES = {
         0, torch.ones(2, device=d)),
     "one_hot int32 classes": lambda d: torch.nn.functional.one_hot(
         torch.ones(3, dtype=torch.int32, device=d)),
+    "masked_scatter with a uint8 mask": lambda d: torch.ones(3, device=d).masked_scatter(
+        torch.ones(3, dtype=torch.uint8, device=d), torch.ones(3, device=d)),
+    # arguments the meta kernels check and lazydev's own decompositions did not
+    "adaptive_max_pool2d of one size": lambda d: torch.nn.functional.adaptive_max_pool2d(
+        torch.ones(1, 2, 4, 4, device=d), (2,)),
+    "avg_pool2d pad over half the window": lambda d: torch.nn.functional.avg_pool2d(
+        torch.ones(1, 1, 5, 5, device=d), 2, 1, 2),
+    "avg_pool2d divisor 0": lambda d: torch.nn.functional.avg_pool2d(
+        torch.ones(1, 1, 5, 5, device=d), 2, divisor_override=0),
+    "avg_pool1d negative pad": lambda d: torch.nn.functional.avg_pool1d(
+        torch.ones(1, 1, 5, device=d), 2, 1, -1),
+    "index_add source of another shape": lambda d: torch.ones(3, 4, device=d).index_add(
+        0, torch.zeros(2, dtype=torch.long, device=d), torch.ones(2, 5, device=d)),
+    "index_add source of a lower rank": lambda d: torch.zeros(3, 2, device=d).index_add(
+        0, torch.tensor([0, 1], device=d), torch.tensor([1.0, 2.0], device=d)),
+    # and the CPU's convolution checks, which no meta kernel makes
+    "conv2d negative padding": lambda d: torch.nn.functional.conv2d(
+        torch.ones(1, 1, 4, 4, device=d), torch.ones(1, 1, 2, 2, device=d), padding=(-1, 0)),
+    "conv3d dilation 0": lambda d: torch.nn.functional.conv3d(
+        torch.ones(1, 1, 4, 4, 4, device=d), torch.ones(1, 1, 2, 2, 2, device=d), dilation=0),
+    # out= tensors of another dtype, which some kernels refuse and others cast into
+    "gather out= float64": lambda d: torch.gather(
+        torch.zeros(3, device=d), 0, torch.tensor([0, 1], device=d),
+        out=torch.zeros(2, dtype=torch.float64, device=d)),
+    "amax out= int32": lambda d: torch.amax(torch.zeros(3, 2, device=d), 0,
+                                            out=torch.zeros(2, dtype=torch.int32, device=d)),
+    "mul out= int64": lambda d: torch.mul(torch.zeros(2, device=d), 2,
+                                          out=torch.zeros(2, dtype=torch.int64, device=d)),
     "argmax of bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).argmax(),
     "topk of bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).topk(2),
     "relu of bools": lambda d: torch.relu(torch.ones(2, dtype=torch.bool, device=d)),
@@ -87,8 +115,10 @@ def test_bad_input_raises_the_cpu_error(name):
         torch.arange(6.0, device=d).view(2, 3).bfloat16(), torch.zeros(3, device=d),
         torch.ones(3, device=d), torch.ones(3, device=d), torch.zeros(3, device=d)),
     lambda d: torch.nn.functional.embedding(torch.tensor([2, 0], dtype=torch.int32, device=d),
-                                            torch.arange(15.0, device=d).view(5, 3))],
-    ids=range(8))
+                                            torch.arange(15.0, device=d).view(5, 3)),
+    lambda d: torch.add(torch.arange(2.0, device=d), 1,
+                        out=torch.zeros(2, dtype=torch.float64, device=d))],
+    ids=range(9))
 def test_the_same_calls_with_good_input_compute(make):
     """What the CPU allows (a negative exponent tensor: 2 ** -1 == 0) stays allowed."""
     want = make("cpu")

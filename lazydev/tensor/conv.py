@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from ..trace import meta
 from ..trace.build import Unsupported
 from ..trace.lower import _conv_ok
 from .dispatch import lowered_op
@@ -88,6 +89,11 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
 
 def _convolution(func, args, kwargs):
     x, transposed = args[0], args[6]
+    if min(args[4]) < 0 or min(args[3]) <= 0 or min(args[5]) <= 0:
+        # Padding, stride and dilation are checked by the CPU's kernel, not the meta kernel.
+        error = meta.cpu_error(func, args, kwargs)
+        if error is not None:
+            raise error
     if _native(x, transposed):
         return lowered_op(func, args, kwargs)
     return convolution(*args, **kwargs)

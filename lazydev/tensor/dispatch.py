@@ -44,9 +44,16 @@ def dispatch(func, args, kwargs, handler=None):
     try:
         return handler(func, args, kwargs)
     except Exception as e:          # noqa: BLE001 - inside backward: deferred, see the note
+        if isinstance(e, _PYTHON_ERRORS) and not isinstance(e, ComplexValue):
+            e = meta.users_error(func, args, kwargs, e)
         if not _DEFER[0] or torch._C._current_graph_task_id() == -1:
-            raise
+            raise e
         return _in_backward(e, func, args, kwargs)
+
+
+# Errors of lazydev's own Python (a lowering meeting an output_size it did not expect): what
+# the CPU raises for the call is the user's error, if it raises; if not, a lazydev bug, as is.
+_PYTHON_ERRORS = (AttributeError, TypeError, ValueError, KeyError, ZeroDivisionError)
 
 
 # Note [Errors inside backward]
@@ -327,14 +334,9 @@ def decomposed_op(func, args, kwargs):
 
 
 def _complex_out(func, args, kwargs) -> bool:
-    try:
-        return meta.involves_complex(meta.infer(func, args, kwargs))
-    except meta.MetaUnsupported:    # no meta kernel: the decomposition decides
-        return False
-    except Exception:               # noqa: BLE001 - raised if the CPU raises too (it is its)
-        if meta.cpu_error(func, args, kwargs, expand_large=False) is not None:
-            raise                   # (reflection_pad1d's pad too large: the decomposition
-        return False                # would index outside the input)
+    # (meta.validate raises what a decomposition might not check: reflection_pad1d's pad
+    # wider than the input, which it would read outside of)
+    return meta.involves_complex(meta.validate(func, args, kwargs))
 
 
 def composite_op(func, args, kwargs):
@@ -456,6 +458,10 @@ def out_op(func, args, kwargs):
             not isinstance(o, WseTensor) or not isinstance(r, WseTensor)
             or tuple(o.shape) != tuple(r.shape) for o, r in zip(outs, results)):
         return fallback_op(func, args, kwargs, why="out= tensor of another shape or device")
+    if any(o.dtype is not r.dtype for o, r in zip(outs, results)):
+        # Some out= kernels cast (add), others refuse another dtype (gather, amax): the CPU's
+        # verdict, on its own zero tensors (an expanded out= would refuse to be written).
+        dtypes.ask(func, args, kwargs, tuple(t.dtype for t in outs + list(results)), False)
     for o, r in zip(outs, results):
         _write_back(o, r)
     return outs[0] if len(outs) == 1 else tuple(outs)

@@ -72,6 +72,7 @@ _REFUSED = {
     aten._cdist_forward.default: (("x1", "x2"), _not_float),
     aten.soft_margin_loss.default: (("self",), _not_float),
     aten.addcdiv.default: (("tensor1", "tensor2"), _integral),
+    aten.masked_scatter.default: (("mask",), lambda d: d is not torch.bool),
 }
 
 _accepted: set = set()      # (op, dtypes) the CPU accepted
@@ -112,13 +113,14 @@ def _make_check(func):
 
     def check(args, kwargs):
         if breaks(args, kwargs):
-            _ask(func, args, kwargs, tuple(dtype(p, args, kwargs) for p in same + checked))
+            ask(func, args, kwargs, tuple(dtype(p, args, kwargs) for p in same + checked))
     return check
 
 
-def _ask(func, args, kwargs, dtypes: tuple) -> None:
+def ask(func, args, kwargs, dtypes: tuple, expand_large: bool = True) -> None:
+    """Raise the CPU's error for this call, unless the CPU accepted these `dtypes` before."""
     if (func, dtypes) not in _accepted:
-        error = meta.cpu_error(func, args, kwargs)
+        error = meta.cpu_error(func, args, kwargs, expand_large)
         if error is not None:
             raise error
         _accepted.add((func, dtypes))

@@ -70,6 +70,17 @@ def _along_dim(kind: type, template: str, wraps: bool = False):
     return rule
 
 
+def _index_add(args, kwargs):
+    """index_add: the index's range, and (the CPU's check, not the meta kernel's) a source of
+    self's rank: a row of source was added to every indexed row, broadcast."""
+    x, source = args[0], args[3]
+    if isinstance(source, torch.Tensor) and source.dim() and source.dim() != x.dim():
+        raise RuntimeError("source tensor shape must match self tensor shape, excluding the "
+                           f"specified dimension. Got self.shape = {list(x.shape)} "
+                           f"source.shape = {list(source.shape)}")
+    return _INDEX_ADD(args, kwargs)
+
+
 def _flat(args, kwargs):
     """take / put: a flat index into self, Python's wrap allowed."""
     n = args[0].numel()
@@ -129,6 +140,7 @@ _MULTILABEL = "argument #2 'target' is out of range"
 _BOUNDS = "index {{value}} is out of bounds for dimension {dim} with size {size}"
 _SELF = "index out of range in self"
 _TARGET = "Target {value} is out of bounds."
+_INDEX_ADD = _along_dim(RuntimeError, _BOUNDS)
 _WEIGHT = "weight tensor should be defined either for all or no classes"
 _WEIGHT_OF_C = ("weight tensor should be defined either for all {classes} classes or no classes "
                 "but got weight tensor of shape: {shape}")
@@ -136,8 +148,8 @@ _WEIGHT_OF_C = ("weight tensor should be defined either for all {classes} classe
 RULES: dict = {
     **{op: _along_dim(RuntimeError, _BOUNDS)
        for op in (aten.gather.default, aten.scatter.src, aten.scatter.value, aten.scatter.reduce,
-                  aten.scatter.value_reduce, aten.scatter_add.default, aten.scatter_reduce.two,
-                  aten.index_add.default)},
+                  aten.scatter.value_reduce, aten.scatter_add.default, aten.scatter_reduce.two)},
+    aten.index_add.default: _index_add,
     aten.index_copy.default: _along_dim(IndexError, "index_copy_(): " + _BOUNDS),
     aten.index_select.default: _along_dim(IndexError, _SELF),
     aten.index_reduce.default: _along_dim(IndexError, _SELF),

@@ -24,6 +24,7 @@ import torch
 from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ..trace import meta
 from .dispatch import SPECIAL, _HANDLERS, _choose, fallback_op
 from .wse_tensor import WSE
 
@@ -62,6 +63,7 @@ def decomposition(*ops):
 
 
 def _decomposed(func, args, kwargs):
+    meta.validate(func, args, kwargs)       # the arguments' errors (a pad over half a window)
     return DECOMPOSITIONS[func](*args, **kwargs)
 
 

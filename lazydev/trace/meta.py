@@ -80,6 +80,19 @@ def infer(func, args, kwargs):
     return out
 
 
+def validate(func, args, kwargs):
+    """infer(), for a caller that can do without it: None when the op has no meta kernel, or
+    when its meta kernel refuses a call the CPU accepts; the CPU's error when both refuse."""
+    try:
+        return infer(func, args, kwargs)
+    except MetaUnsupported:
+        return None
+    except Exception:               # noqa: BLE001 - the CPU's verdict decides
+        if cpu_error(func, args, kwargs, expand_large=False) is not None:
+            raise
+        return None
+
+
 def _to_meta(a):
     meta = getattr(a, "_lz_meta", None)
     if meta is not None:
