@@ -49,6 +49,10 @@ def _is_bool(d) -> bool:
     return d is torch.bool
 
 
+def _not_bool(d) -> bool:
+    return d is not torch.bool
+
+
 def _not_float(d) -> bool:
     return not d.is_floating_point
 
@@ -72,7 +76,7 @@ _REFUSED = {
     aten._cdist_forward.default: (("x1", "x2"), _not_float),
     aten.soft_margin_loss.default: (("self",), _not_float),
     aten.addcdiv.default: (("tensor1", "tensor2"), _integral),
-    aten.masked_scatter.default: (("mask",), lambda d: d is not torch.bool),
+    aten.masked_scatter.default: (("mask",), _not_bool),
 }
 
 _accepted: set = set()      # (op, dtypes) the CPU accepted

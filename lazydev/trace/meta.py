@@ -172,12 +172,15 @@ def cpu_error(func, args, kwargs, expand_large: bool = True) -> Exception | None
         if isinstance(a, torch.device):
             return torch.device("cpu")
         return a
-    cargs, ckwargs = torch.utils._pytree.tree_map(cpu, (args, kwargs))
+    try:
+        cargs, ckwargs = torch.utils._pytree.tree_map(cpu, (args, kwargs))
+    except RuntimeError:            # a tensor without strides (sparse): no stand-in, no verdict
+        return None
     try:
         with torch.random.fork_rng(devices=[]):
             func(*cargs, **ckwargs)
-    except Exception as cpu_error:      # noqa: BLE001 - handed to the user, as the CPU's
-        return cpu_error
+    except Exception as raised:     # noqa: BLE001 - handed to the user, as the CPU's
+        return raised
     return None
 
 
