@@ -74,6 +74,14 @@ _CASES = {
         torch.ones(1, 1, 4, 4, device=d), torch.ones(1, 1, 2, 2, device=d), padding=(-1, 0)),
     "conv3d dilation 0": lambda d: torch.nn.functional.conv3d(
         torch.ones(1, 1, 4, 4, 4, device=d), torch.ones(1, 1, 2, 2, 2, device=d), dilation=0),
+    "conv1d groups=3 with 2 output channels": lambda d: torch.nn.functional.conv1d(
+        torch.ones(2, 6, 5, device=d), torch.ones(2, 2, 2, device=d), groups=3),
+    "conv2d bias of 3 for 4 channels": lambda d: torch.nn.functional.conv2d(
+        torch.ones(1, 2, 5, 5, device=d), torch.ones(4, 2, 3, 3, device=d),
+        torch.ones(3, device=d)),
+    "conv_transpose2d bias of 2 for 6 channels": lambda d: torch.nn.functional.conv_transpose2d(
+        torch.ones(1, 6, 5, 5, device=d), torch.ones(6, 2, 3, 3, device=d),
+        torch.ones(2, device=d), groups=3),
     # out= tensors of another dtype, which some kernels refuse and others cast into
     "gather out= float64": lambda d: torch.gather(
         torch.zeros(3, device=d), 0, torch.tensor([0, 1], device=d),
@@ -117,8 +125,11 @@ def test_bad_input_raises_the_cpu_error(name):
     lambda d: torch.nn.functional.embedding(torch.tensor([2, 0], dtype=torch.int32, device=d),
                                             torch.arange(15.0, device=d).view(5, 3)),
     lambda d: torch.add(torch.arange(2.0, device=d), 1,
-                        out=torch.zeros(2, dtype=torch.float64, device=d))],
-    ids=range(9))
+                        out=torch.zeros(2, dtype=torch.float64, device=d)),
+    lambda d: torch.nn.functional.conv_transpose2d(
+        torch.arange(50.0, device=d).view(1, 2, 5, 5), torch.ones(2, 3, 3, 3, device=d),
+        torch.ones(6, device=d), groups=2)],
+    ids=range(10))
 def test_the_same_calls_with_good_input_compute(make):
     """What the CPU allows (a negative exponent tensor: 2 ** -1 == 0) stays allowed."""
     want = make("cpu")

@@ -89,14 +89,22 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
 
 def _convolution(func, args, kwargs):
     x, transposed = args[0], args[6]
-    if min(args[4]) < 0 or min(args[3]) <= 0 or min(args[5]) <= 0:
-        # Padding, stride and dilation are checked by the CPU's kernel, not the meta kernel.
+    if _refused(*args[:9]):
         error = meta.cpu_error(func, args, kwargs)
         if error is not None:
             raise error
     if _native(x, transposed):
         return lowered_op(func, args, kwargs)
     return convolution(*args, **kwargs)
+
+
+def _refused(x, w, bias, stride, padding, dilation, transposed, output_padding, groups) -> bool:
+    """Arguments the CPU's convolution checks and the meta kernel does not (a weight of 2
+    output channels with groups=3 computed): the CPU's verdict is then asked for."""
+    out_channels = w.shape[1] * groups if transposed else w.shape[0]
+    return (min(padding) < 0 or min(stride) <= 0 or min(dilation) <= 0 or groups <= 0
+            or w.shape[0] < groups or w.shape[0] % groups != 0
+            or (bias is not None and tuple(bias.shape) != (out_channels,)))
 
 
 def _conv_backward_rule(a):
