@@ -74,6 +74,8 @@ _CASES = {
         torch.ones(1, 1, 4, 4, device=d), torch.ones(1, 1, 2, 2, device=d), padding=(-1, 0)),
     "conv3d dilation 0": lambda d: torch.nn.functional.conv3d(
         torch.ones(1, 1, 4, 4, 4, device=d), torch.ones(1, 1, 2, 2, 2, device=d), dilation=0),
+    "conv_transpose1d of a 1-d weight": lambda d: torch.nn.functional.conv_transpose1d(
+        torch.ones(1, 2, 5, device=d), torch.ones(2, device=d)),
     "conv1d groups=3 with 2 output channels": lambda d: torch.nn.functional.conv1d(
         torch.ones(2, 6, 5, device=d), torch.ones(2, 2, 2, device=d), groups=3),
     "conv2d bias of 3 for 4 channels": lambda d: torch.nn.functional.conv2d(

@@ -101,6 +101,8 @@ def _convolution(func, args, kwargs):
 def _refused(x, w, bias, stride, padding, dilation, transposed, output_padding, groups) -> bool:
     """Arguments the CPU's convolution checks and the meta kernel does not (a weight of 2
     output channels with groups=3 computed): the CPU's verdict is then asked for."""
+    if w.dim() < 3:                 # (its first check: the rest would index missing dims)
+        return True
     out_channels = w.shape[1] * groups if transposed else w.shape[0]
     return (min(padding) < 0 or min(stride) <= 0 or min(dilation) <= 0 or groups <= 0
             or w.shape[0] < groups or w.shape[0] % groups != 0
