@@ -149,7 +149,8 @@ def _no_internal_overlap(handler, positions):
                     "refers to a single memory location. Please clone() the tensor before "
                     "performing the operation.")
         return handler(func, args, kwargs)
-    run.unchecked = handler     # for foreach plans, whose element plans refuse such tensors
+    # for foreach plans, whose element plans refuse such tensors (as dtypes.checked's does)
+    run.unchecked = getattr(handler, "unchecked", handler)
     return run
 
 

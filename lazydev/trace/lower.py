@@ -242,8 +242,13 @@ def _arange(spec, start, end=None, step=1, **_):
 
 # ---- reductions -------------------------------------------------------------------------------
 
+def _whole(dim) -> bool:
+    """Whether a reduction's `dim` argument means every dim (None or an empty list)."""
+    return dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0)
+
+
 def _axes(x: Node, dim):
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+    if _whole(dim):
         return tuple(range(len(x.shape)))
     return tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
 
@@ -267,7 +272,7 @@ def _minmax(op: Op, name: str):
 
 def _no_empty_reduce(name: str, x, dim):
     """The CPU's errors for a max/min with no identity over no elements."""
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+    if _whole(dim):
         if x.numel == 0:
             raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
                                "input.numel() == 0. Specify the reduction dim with the 'dim' "
@@ -304,16 +309,16 @@ register(aten.argmax.default)(_arg(Op.ARGMAX))
 register(aten.argmin.default)(_arg(Op.ARGMIN))
 
 
-def _minmax_dim(vop: Op, iop: Op):
+def _minmax_dim(vop: Op, iop: Op, name: str):
+    values, indices = _minmax(vop, name), _arg(iop)
+
     def lower(spec, x, dim, keepdim=False):
-        values = _minmax(vop, "max" if vop is Op.RMAX else "min")(spec[0], x, dim, keepdim)
-        indices = _arg(iop)(spec[1], x, dim, keepdim)
-        return values, indices
+        return values(spec[0], x, dim, keepdim), indices(spec[1], x, dim, keepdim)
     return lower
 
 
-register(aten.max.dim)(_minmax_dim(Op.RMAX, Op.ARGMAX))
-register(aten.min.dim)(_minmax_dim(Op.RMIN, Op.ARGMIN))
+register(aten.max.dim)(_minmax_dim(Op.RMAX, Op.ARGMAX, "max"))
+register(aten.min.dim)(_minmax_dim(Op.RMIN, Op.ARGMIN, "min"))
 
 
 def _anyall(op: Op):
