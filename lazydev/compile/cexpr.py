@@ -129,6 +129,10 @@ def unary(op: Op, dtype, x: str, src_dtype) -> str:
         return f"(isinf({x}) != 0)" if sf else "false"
     if op is Op.ISFINITE:
         return f"(isfinite({x}) != 0)" if sf else "true"
+    if op is Op.SIGNBIT and sf and vtype(src_dtype) == "float":
+        # The sign bit read as an int: gcc 12 fails (an internal compiler error) vectorising
+        # signbit() of a bfloat16 widened to float for AVX-512.
+        return f"((wse_f32_bits({x}) >> 31) != 0)"
     if op is Op.SIGNBIT:
         return f"(signbit({x}) != 0)" if sf else f"({x} < 0)"
     raise CodegenUnsupported(f"{op.name} on {dtype}")

@@ -62,9 +62,11 @@ def _avg_pool(n: int):
         for d in range(n):
             xp = xp.unfold(first + d, k[d], s[d]).narrow(first + d, 0, out[d])
         total = xp.sum(dim=tuple(range(-n, 0)))
-        if divisor_override:
-            return total / divisor_override
-        return total / _avg_counts(size, out, k, s, p, count_include_pad, x)
+        divisor = divisor_override or _avg_counts(size, out, k, s, p, count_include_pad, x)
+        if x.dtype.is_floating_point:
+            return total / divisor
+        # ATen divides an integer window's sum in the input's type: C's truncating division.
+        return torch.div(total, divisor, rounding_mode="trunc").to(x.dtype)
     return avg_pool
 
 

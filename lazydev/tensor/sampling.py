@@ -182,29 +182,31 @@ def grid_sampler_3d_backward(grad, x, grid, interpolation_mode, padding_mode, al
 
 # ---- antialiased bilinear resize --------------------------------------------------------------
 
-def _f32(v: float) -> float:
-    """v rounded to float32 (the CPU kernel keeps its scalars in the input's float type)."""
-    return torch.tensor(v, dtype=torch.float32).item()
+def _rounded(v: float, dtype) -> float:
+    """v rounded to `dtype` (the CPU kernel keeps its scalars in the input's float type)."""
+    return torch.tensor(v, dtype=dtype).item()
 
 
 def _aa_weights(size: int, out: int, align_corners: bool, scale_opt, device, dtype):
     """[out, size] matrix of the CPU kernel's normalised triangle-filter weights, rounded as it
-    rounds them (HelperInterpBase::_compute_indices_min_size_weights_aa, float scalars)."""
+    rounds them (HelperInterpBase::_compute_indices_min_size_weights_aa: float scalars, double
+    for double images)."""
+    f64 = torch.float64
+    t = f64 if dtype == f64 else torch.float32
     if align_corners:
-        scale = _f32((size - 1) / (out - 1)) if out > 1 else 0.0
+        scale = _rounded((size - 1) / (out - 1), t) if out > 1 else 0.0
     elif scale_opt is not None and scale_opt > 0:
-        scale = _f32(1.0 / scale_opt)
+        scale = _rounded(1.0 / scale_opt, t)
     else:
-        scale = _f32(size / out)
+        scale = _rounded(size / out, t)
     support = scale if scale >= 1.0 else 1.0            # interp_size / 2 = 1 for bilinear
-    invscale = _f32(1.0 / scale) if scale >= 1.0 else 1.0
-    f32, f64 = torch.float32, torch.float64
-    center = ((torch.arange(out, device=device, dtype=f64) + 0.5) * scale).to(f32)
+    invscale = _rounded(1.0 / scale, t) if scale >= 1.0 else 1.0
+    center = ((torch.arange(out, device=device, dtype=f64) + 0.5) * scale).to(t)
     lo = torch.clamp(torch.trunc((center - support).to(f64) + 0.5), min=0)
     hi = torch.clamp(torch.trunc((center + support).to(f64) + 0.5), max=size)
     hi = torch.minimum(hi, lo + (math.ceil(support) * 2 + 1))
-    j = torch.arange(size, device=device, dtype=f32).unsqueeze(0)
-    arg = (((j - center.unsqueeze(1)).to(f64) + 0.5) * invscale).to(f32).abs()
+    j = torch.arange(size, device=device, dtype=t).unsqueeze(0)
+    arg = (((j - center.unsqueeze(1)).to(f64) + 0.5) * invscale).to(t).abs()
     inside = (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1))
     w = torch.where(inside & (arg < 1), 1 - arg, 0)
     total = seqsum(w, 1, keepdim=True)           # the kernel's total_w
@@ -218,8 +220,20 @@ def _aa_matrices(in_hw, out_hw, align_corners, scales_h, scales_w, like):
 
 @decomposition(aten._upsample_bilinear2d_aa.default)
 def _upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
+    if not x.dtype.is_floating_point:
+        return _aa_uint8(x, output_size, align_corners, scales_h, scales_w)
     wh, ww = _aa_matrices(x.shape[-2:], output_size, align_corners, scales_h, scales_w, x)
     return torch.matmul(torch.matmul(wh, x), ww.mT)     # the CPU resizes H, then W
+
+
+def _aa_uint8(x, output_size, align_corners, scales_h, scales_w):
+    """uint8 images (ATen's only integer type here): as the CPU's separable uint8 kernel, W
+    then H, each pass rounded to the nearest byte. Its weights are fixed-point, these float32;
+    a result may differ from the CPU's by one."""
+    f = x.to(torch.float32)
+    wh, ww = _aa_matrices(x.shape[-2:], output_size, align_corners, scales_h, scales_w, f)
+    wide = torch.matmul(f, ww.mT).round().clamp(0, 255)
+    return torch.matmul(wh, wide).round().clamp(0, 255).to(x.dtype)
 
 
 @decomposition(aten._upsample_bilinear2d_aa_backward.default)

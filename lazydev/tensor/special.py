@@ -151,7 +151,9 @@ _BERNOULLI_P = ("Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Co
 
 def _bernoulli_of(p, shape, generator):
     p = guards.in_unit_interval(p, checks.message(RuntimeError, _BERNOULLI_P))
-    u = torch.rand(shape, generator=generator)
+    # ATen draws a double per element for float64 probabilities, a float for the others.
+    wide = isinstance(p, torch.Tensor) and p.dtype is torch.float64
+    u = torch.rand(shape, generator=generator, dtype=torch.float64 if wide else torch.float32)
     return dispatch(aten.lt.Tensor, (_upload(u), p), {})
 
 

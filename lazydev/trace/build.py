@@ -83,6 +83,12 @@ def cast(n: Node, dtype: torch.dtype) -> Node:
     return Node(Op.CAST, dtype, n.shape, (n,), dtype)
 
 
+def opmath(dtype: torch.dtype) -> torch.dtype:
+    """The dtype ATen's CPU kernels compute `dtype` in: float for the half-precision types,
+    rounding once at the end where a chain of nodes of `dtype` would round at each."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def expand(n: Node, shape: tuple) -> Node:
     if n.shape == shape:
         return n

@@ -3,13 +3,15 @@
 Each lowering gets the meta output spec(s) first, then the op's arguments with every wse tensor
 already replaced by its value node and every 0-dim CPU tensor by a runtime scalar node. Output
 shapes and dtypes come from the spec (PyTorch's meta kernels), so no lowering has its own shape
-rule; a lowering only says how the values are computed. Ops without an entry here are
-decomposed with torch._decomp or run on the CPU (tensor/dispatch.py).
+rule; a lowering only says how the values are computed, and one whose nodes disagree with the
+spec is refused (`_checked`). Ops without an entry here are decomposed with torch._decomp or run
+on the CPU (tensor/dispatch.py).
 """
 from __future__ import annotations
 
 import torch
 
+from .. import metrics
 from .build import Unsupported, as_node, cast, const, ew, expand, full, permute, reduce, reshape
 from .build import broadcast_shape
 from .build import contiguous_strides as build_strides
@@ -23,9 +25,38 @@ LOWERINGS: dict = {}
 def register(*ops):
     def deco(fn):
         for op in ops:
-            LOWERINGS[op] = fn
+            LOWERINGS[op] = _checked(op, fn)
         return fn
     return deco
+
+
+def _checked(op, fn):
+    """Lowering `fn` of `op`, refusing (Unsupported: the op is decomposed or runs on the CPU)
+    where its nodes' shapes or dtypes differ from the meta kernel's: a slip in a rule would
+    otherwise give a result unlike the CPU's. Runs when a call is first lowered, not on replay."""
+    def lower(spec, *args, **kwargs):
+        out = fn(spec, *args, **kwargs)
+        wrong = disagreement(spec, out)
+        if wrong is not None:
+            metrics.count("lowering_disagreements")
+            raise Unsupported(f"lazydev's lowering gives {wrong}")
+        return out
+    return lower
+
+
+def disagreement(spec, out) -> str | None:
+    """Where a lowering's nodes differ in shape or dtype from the meta kernel's specs (a
+    lowering's slip that would give a result unlike the CPU's), or None."""
+    if isinstance(out, Node):
+        if spec is None or (out.dtype, tuple(out.shape)) != (spec.dtype, tuple(spec.shape)):
+            theirs = None if spec is None else (spec.dtype, tuple(spec.shape))
+            return f"{out.dtype} {tuple(out.shape)} where the meta kernel gives {theirs}"
+        return None
+    if isinstance(out, (list, tuple)):
+        if not isinstance(spec, (list, tuple)) or len(spec) != len(out):
+            return f"{len(out)} results where the meta kernel gives {spec}"
+        return next(filter(None, map(disagreement, spec, out)), None)
+    return None
 
 
 def _operand(v, dtype, shape):
@@ -323,7 +354,9 @@ register(aten.min.dim)(_minmax_dim(Op.RMIN, Op.ARGMIN, "min"))
 
 def _anyall(op: Op):
     def lower(spec, x, dim=None, keepdim=False):
-        return reduce(op, cast(x, torch.bool), _axes(x, dim), keepdim, torch.bool)
+        # (uint8 in, uint8 out: ATen keeps the dtype for uint8, a legacy of masks)
+        return cast(reduce(op, cast(x, torch.bool), _axes(x, dim), keepdim, torch.bool),
+                    spec.dtype)
     return lower
 
 

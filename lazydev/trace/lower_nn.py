@@ -11,7 +11,7 @@ import math
 import torch
 
 from .build import (Unsupported, as_node, broadcast_shape, cast, contiguous_strides, ew, expand,
-                    full, reduce, reshape, wrap_dim)
+                    full, opmath, reduce, reshape, wrap_dim)
 from .ir import Node, Op
 from .lower import register
 
@@ -214,12 +214,15 @@ def _gelu_backward(spec, grad, x, approximate="none"):
 
 def _addc_lowering(op: Op):
     def lower(spec, x, t1, t2, value=1):
-        dt = spec.dtype
-        if not dt.is_floating_point:
+        if not spec.dtype.is_floating_point:
             raise Unsupported("integer addcdiv/addcmul: decomposition")
-        prod = ew(op, dt, spec.shape, cast(t1, dt), cast(t2, dt))
-        scaled = ew(Op.MUL, dt, spec.shape, prod, as_node(value, dt))
-        return ew(Op.ADD, dt, spec.shape, cast(x, dt), scaled)
+        # ATen's kernel: self + (value * t1) op t2 in float for the half types, the product
+        # fused into the add (one rounding); float64 operands make that exact for float32.
+        dt, shape = opmath(spec.dtype), spec.shape
+        scaled = ew(Op.MUL, dt, shape, cast(t1, dt), as_node(value, dt))
+        wide = torch.float64 if op is Op.MUL and dt == torch.float32 else dt
+        term = ew(op, wide, shape, cast(scaled, wide), cast(t2, wide))
+        return cast(ew(Op.ADD, wide, shape, cast(x, wide), term), spec.dtype)
     return lower
 
 

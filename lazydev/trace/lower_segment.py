@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .build import Unsupported, as_node, broadcast_shape, cast, expand, full, reduce, reshape
+from .build import (Unsupported, as_node, broadcast_shape, cast, expand, full, opmath, reduce,
+                    reshape)
 from .ir import Node, Op
 from .lower import register, scatter
 from .lower_sort import _bin, narrow, take
@@ -239,7 +240,8 @@ def _embedding_bag(spec, weight, indices, offsets, scale_grad_by_freq=False, mod
                    padding_idx=-1):
     out_spec = spec[0]
     bags = _Bags(indices, offsets, out_spec.shape[0], padding_idx)
-    dt, d = out_spec.dtype, weight.shape[1]
+    # ATen's kernel sums half-precision bags in float: rows are weighed and summed in it here.
+    d, dt = weight.shape[1], opmath(out_spec.dtype)
     rows = Node(Op.INDEX_ND, dt, (bags.n, d), (cast(weight, dt), bags.indices), (0, 1, 1, False))
     if per_sample_weights is not None:
         rows = _bin(Op.MUL, rows, bags.column(cast(per_sample_weights, dt), d))
@@ -247,10 +249,11 @@ def _embedding_bag(spec, weight, indices, offsets, scale_grad_by_freq=False, mod
     if mode == _MAX:
         out, words = _bag_max(bags, rows)
     else:
-        out = bags.fold(rows, "add", 0)
+        out = cast(bags.fold(rows, "add", 0), out_spec.dtype)     # a mean divides the rounded sum
         if mode == _MEAN:
-            size = expand(reshape(cast(bags.size, dt), (bags.bags, 1)), out.shape)
-            out = _bin(Op.DIV, out, _bin(Op.MAX, size, _k(1, dt)))
+            size = expand(reshape(cast(bags.size, out.dtype), (bags.bags, 1)), out.shape)
+            out = _bin(Op.DIV, out, _bin(Op.MAX, size, _k(1, out.dtype)))
+    out = cast(out, out_spec.dtype)
     # The meta kernel's shapes of the auxiliary outputs differ from the CPU kernel's (and
     # between modes); they are filled where they fit, and the backward recomputes bags.
     offset2bag, bag_size, max_indices = (full(0, s.dtype, s.shape) for s in spec[1:])
