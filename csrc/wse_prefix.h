@@ -194,11 +194,11 @@ static inline float wse_remainderf(float a, float b) {
 /* torch.lerp, ATen's formula (exact at both ends): |w| < 0.5 ? s + w*(e-s) : e - (e-s)*(1-w). */
 static inline double wse_lerp(double s, double e, double w) {
   double d = e - s;
-  return fabs(w) < 0.5 ? s + w * d : e - d * (1.0 - w);
+  return fabs(w) < 0.5 ? fma(w, d, s) : fma(w - 1.0, d, e);
 }
 static inline float wse_lerpf(float s, float e, float w) {
   float d = e - s;
-  return fabsf(w) < 0.5f ? s + w * d : e - d * (1.0f - w);
+  return fabsf(w) < 0.5f ? fmaf(w, d, s) : fmaf(w - 1.0f, d, e);
 }
 
 /* torch.div(..., rounding_mode="floor") for floats (ATen div_floor_floating). */

@@ -127,3 +127,56 @@ def test_a_lowering_that_disagrees_with_the_meta_kernel_is_refused(monkeypatch):
     assert lazydev.metrics.counters()["lowering_disagreements"] >= 1
     lazydev.metrics.reset()
     replay.clear()
+
+
+def _halves(dtype):
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(992, generator=g) * 0.2).to(dtype)   # a multiple of 16: no scalar tail
+    a[::7] = 0.1                                           # ties with the scalar below
+    return a
+
+
+_HALF_SCALARS = {
+    # a number is rounded to the tensor's half type first (wse compared with float 0.1)
+    "x == 0.1": lambda a: a == 0.1,
+    "x > 0.1": lambda a: a > 0.1,
+    "x + 0.1": lambda a: a + 0.1,
+    "0.1 - x": lambda a: 0.1 - a,
+    "x % 0.1": lambda a: a % 0.1,
+    "x ** 0.3": lambda a: a.abs() ** 0.3,
+    "masked_fill": lambda a: a.masked_fill(a > 0, 0.1) * 3,
+    "add, alpha": lambda a: torch.add(a, a * 3, alpha=0.3),
+    "sub, alpha": lambda a: torch.sub(a, a * 3, alpha=0.3),
+    # a fill is rounded (wse computed with the float)
+    "full_like": lambda a: torch.full_like(a, 0.1) * a,
+    "fill_": lambda a: a.clone().fill_(1 / 3) * a,
+    # but mul, div and lerp use the number as given
+    "x * 0.1": lambda a: a * 0.1,
+    "x / 0.1": lambda a: a / 0.1,
+    "x * 0-d tensor": lambda a: a * torch.tensor(0.1),
+    "lerp": lambda a: torch.lerp(a, a * 2, 0.1),
+    # lerp's half result, used in the same kernel, was not rounded
+    "lerp, then * 3": lambda a: torch.lerp(a, a * 2, a.abs()) * 3,
+    "div, floor": lambda a: torch.div(a * 30, a.abs() + 0.07, rounding_mode="floor"),
+    "div, trunc by a number": lambda a: torch.div(a, 0.03, rounding_mode="trunc"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", list(_HALF_SCALARS))
+def test_half_precision_scalars_as_the_cpu(case, dtype):
+    """Note [Half-precision scalars] in lazydev/compile/codegen.py: bit for bit."""
+    a = _halves(dtype)
+    expected = _HALF_SCALARS[case](a)
+    assert torch.equal(_HALF_SCALARS[case](a.to("wse")).cpu(), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_fused_multiply_adds_as_the_cpu(dtype):
+    """ATen's vectorised add/sub with alpha and lerp round a * b + c once (fma); wse rounded
+    twice (a unit in the last place off in about 18% of float32 elements)."""
+    g = torch.Generator().manual_seed(0)
+    a, b, w = (torch.randn(992, generator=g, dtype=dtype) * 4 for _ in range(3))
+    for fn in (lambda a, b, w: torch.add(a, b, alpha=0.3), lambda a, b, w: a.sub(b, alpha=1.7),
+               lambda a, b, w: torch.lerp(a, b, w), lambda a, b, w: torch.lerp(a, b, 0.7)):
+        assert torch.equal(fn(a.to("wse"), b.to("wse"), w.to("wse")).cpu(), fn(a, b, w))

@@ -197,13 +197,19 @@ class Emitter:
 
 # ---- inline rules for non-arithmetic ops -------------------------------------------------------
 
+# Note [Half-precision scalars]
+# A Python number operand of an op on float16/bfloat16 tensors is, in ATen, a 0-dim tensor cast
+# to the tensors' dtype: rounded to it (bf16(x) == 0.1 holds for x = bf16(0.1)), then computed
+# with in float. So a scalar or constant node of a half dtype is rounded where it is read. The
+# ops ATen computes with the unrounded number (mul and div by a scalar, lerp's weight,
+# addcmul's value) give their lowerings a float32 scalar node instead.
 def _leaf_const(e: Emitter, n: Node, idx: Idx) -> str:
-    return literal(n.arg, n.dtype)
+    return cexpr.round_half(n.dtype, literal(n.arg, n.dtype))
 
 
 def _leaf_scalar(e: Emitter, n: Node, idx: Idx) -> str:
     j = e.scalar_args.setdefault(n.arg, len(e.scalar_args))
-    return f"(({vtype(n.dtype)})S[{j}])"
+    return cexpr.round_half(n.dtype, f"(({vtype(n.dtype)})S[{j}])")
 
 
 def _leaf_index(e: Emitter, n: Node, idx: Idx) -> str:
@@ -222,7 +228,14 @@ def _where(e: Emitter, n: Node, idx: Idx) -> str:
 
 def _lerp(e: Emitter, n: Node, idx: Idx) -> str:
     s, t, w = (e.load(x, idx) for x in n.src)
-    return f"wse_lerp{'f' if vtype(n.dtype) == 'float' else ''}({s}, {t}, {w})"
+    fn = "wse_lerpf" if vtype(n.dtype) == "float" else "wse_lerp"
+    return cexpr.round_half(n.dtype, f"{fn}({s}, {t}, {w})")
+
+
+def _fma(e: Emitter, n: Node, idx: Idx) -> str:
+    a, b, c = (e.load(x, idx) for x in n.src)
+    fn = "fmaf" if vtype(n.dtype) == "float" else "fma"
+    return cexpr.round_half(n.dtype, f"{fn}({a}, {b}, {c})")
 
 
 def _special(e: Emitter, n: Node, idx: Idx) -> str:
@@ -366,8 +379,8 @@ def _index_nd(e: Emitter, n: Node, idx: Idx) -> str:
 
 _RULES = {
     Op.CONST: _leaf_const, Op.SCALAR: _leaf_scalar, Op.INDEX: _leaf_index, Op.CAST: _cast,
-    Op.WHERE: _where, Op.LERP: _lerp, Op.EXPAND: _expand, Op.RESHAPE: _reshape, Op.PERMUTE: _permute,
-    Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
+    Op.WHERE: _where, Op.LERP: _lerp, Op.FMA: _fma, Op.EXPAND: _expand, Op.RESHAPE: _reshape,
+    Op.PERMUTE: _permute, Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
     Op.INDEX_ND: _index_nd, Op.SPECIAL: _special, Op.CHECK: _check,
 }
 

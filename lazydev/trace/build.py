@@ -86,7 +86,7 @@ def cast(n: Node, dtype: torch.dtype) -> Node:
 def opmath(dtype: torch.dtype) -> torch.dtype:
     """The dtype ATen's CPU kernels compute `dtype` in: float for the half-precision types,
     rounding once at the end where a chain of nodes of `dtype` would round at each."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return torch.float32 if dtype in _HALF else dtype
 
 
 def expand(n: Node, shape: tuple) -> Node:
@@ -106,7 +106,17 @@ def ew(op: Op, dtype: torch.dtype, shape: tuple, *srcs: Node) -> Node:
 
 
 def full(value, dtype: torch.dtype, shape: tuple) -> Node:
+    """A tensor of `shape` filled with `value`. A half-precision fill is rounded to its dtype
+    (as_node's node is an operand, which ATen's kernels compute with in float, unrounded)."""
+    if dtype in _HALF and not isinstance(value, Node):
+        node = cast(as_node(value, torch.float32), dtype)
+        if node.op is Op.CONST:
+            node = const(torch.tensor(node.arg, dtype=dtype).item(), dtype)
+        return expand(node, tuple(shape))
     return expand(as_node(value, dtype), tuple(shape))
+
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def permute(n: Node, perm) -> Node:

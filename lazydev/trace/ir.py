@@ -48,6 +48,7 @@ class Op(IntEnum):
     LERP = 92       # src = (start, end, weight); torch.lerp
     CHECK = 93      # arg = check id; src = (value, bad, shown): value, failing the program where
                     # bad is true (trace/checks.py, Note [Device-side checks])
+    FMA = 94        # src = (a, b, c): a * b + c rounded once (C's fma), as ATen's addcmul
     # movement: change which element is read, never the values
     EXPAND = 100      # arg = None; src same rank, size-1 dims broadcast to `shape`
     RESHAPE = 101     # arg = None
@@ -86,7 +87,7 @@ class Op(IntEnum):
 
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
-ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL, Op.CHECK}
+ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL, Op.CHECK, Op.FMA}
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140) | {Op.CUMARG}
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from .. import metrics
-from .build import Unsupported, as_node, cast, const, ew, expand, full, permute, reduce, reshape
+from .build import (Unsupported, as_node, cast, const, ew, expand, full, opmath, permute, reduce,
+                    reshape)
 from .build import broadcast_shape
 from .build import contiguous_strides as build_strides
 from .ir import Node, Op
@@ -99,8 +100,20 @@ register(aten.isfinite.default)(_predicate(Op.ISFINITE))
 
 def _binary(op: Op):
     def lower(spec, a, b, *_, **__):
-        return ew(op, spec.dtype, spec.shape, as_node(a, spec.dtype), as_node(b, spec.dtype))
+        dt = spec.dtype
+        if op in (Op.MUL, Op.DIV) and dt != opmath(dt) and _scalar_like(b):
+            # Note [Half-precision scalars] in compile/codegen.py: ATen multiplies and divides
+            # a half tensor by a scalar as given, in float.
+            wide = opmath(dt)
+            return cast(ew(op, wide, spec.shape, as_node(a, wide), as_node(b, wide)), dt)
+        return ew(op, dt, spec.shape, as_node(a, dt), as_node(b, dt))
     return lower
+
+
+def _scalar_like(v) -> bool:
+    """Whether ATen's kernel sees operand `v` as a scalar (TensorIterator.is_scalar): a number
+    or a one-element tensor."""
+    return not isinstance(v, Node) or v.numel == 1
 
 
 _BINARY_OPS = {
@@ -131,8 +144,16 @@ def _make_add(op: Op):
     def lower(spec, a, b, alpha=1):
         dt = spec.dtype
         rhs = as_node(b, dt)
-        if not (isinstance(alpha, (int, bool)) and alpha == 1):
-            rhs = ew(Op.MUL, dt, rhs.shape, rhs, as_node(alpha, dt))
+        if isinstance(alpha, (int, bool)) and alpha == 1:
+            return ew(op, dt, spec.shape, as_node(a, dt), rhs)
+        if dt.is_floating_point:
+            # ATen: fma(b, ±alpha, a) in float for the half types, rounded once; alpha is
+            # rounded to them first (Note [Half-precision scalars] in compile/codegen.py).
+            wide = opmath(dt)
+            scale = cast(as_node(alpha if op is Op.ADD else -alpha, dt), wide)
+            return cast(ew(Op.FMA, wide, spec.shape, cast(rhs, wide), scale,
+                           cast(as_node(a, dt), wide)), dt)
+        rhs = ew(Op.MUL, dt, rhs.shape, rhs, as_node(alpha, dt))
         return ew(op, dt, spec.shape, as_node(a, dt), rhs)
     return lower
 
@@ -145,13 +166,18 @@ for _ov in ("Tensor", "Scalar"):
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(spec, a, b, rounding_mode=None):
     dt = spec.dtype
-    x, y = as_node(a, dt), as_node(b, dt)
     if rounding_mode is None:
-        return ew(Op.DIV, dt, spec.shape, x, y)
-    if dt.is_floating_point:
-        q = ew(Op.DIV if rounding_mode == "trunc" else Op.FLOORDIV, dt, spec.shape, x, y)
-        return Node(Op.TRUNC, dt, spec.shape, (q,)) if rounding_mode == "trunc" else q
-    return ew(Op.TRUNCDIV if rounding_mode == "trunc" else Op.FLOORDIV, dt, spec.shape, x, y)
+        return _binary(Op.DIV)(spec, a, b)
+    trunc = rounding_mode == "trunc"
+    if not dt.is_floating_point:
+        x, y = as_node(a, dt), as_node(b, dt)
+        return ew(Op.TRUNCDIV if trunc else Op.FLOORDIV, dt, spec.shape, x, y)
+    # ATen, for the half types: a floor division in float, a truncating one of the quotient
+    # rounded to them; by a scalar (as given) both in float.
+    wide = opmath(dt) if not trunc or _scalar_like(b) else dt
+    x, y = as_node(a, wide), as_node(b, wide)
+    q = ew(Op.DIV if trunc else Op.FLOORDIV, wide, spec.shape, x, y)
+    return cast(Node(Op.TRUNC, wide, spec.shape, (q,)) if trunc else q, dt)
 
 
 def _promoted(a, b):

@@ -216,13 +216,15 @@ def _addc_lowering(op: Op):
     def lower(spec, x, t1, t2, value=1):
         if not spec.dtype.is_floating_point:
             raise Unsupported("integer addcdiv/addcmul: decomposition")
-        # ATen's kernel: self + (value * t1) op t2 in float for the half types, the product
-        # fused into the add (one rounding); float64 operands make that exact for float32.
+        # ATen's kernel: self + (value * t1) op t2 in float for the half types, addcmul's
+        # product fused into the add (one rounding).
         dt, shape = opmath(spec.dtype), spec.shape
         scaled = ew(Op.MUL, dt, shape, cast(t1, dt), as_node(value, dt))
-        wide = torch.float64 if op is Op.MUL and dt == torch.float32 else dt
-        term = ew(op, wide, shape, cast(scaled, wide), cast(t2, wide))
-        return cast(ew(Op.ADD, wide, shape, cast(x, wide), term), spec.dtype)
+        if op is Op.MUL:
+            out = ew(Op.FMA, dt, shape, scaled, cast(t2, dt), cast(x, dt))
+        else:
+            out = ew(Op.ADD, dt, shape, cast(x, dt), ew(op, dt, shape, scaled, cast(t2, dt)))
+        return cast(out, spec.dtype)
     return lower
 
 
@@ -232,11 +234,11 @@ register(aten.addcdiv.default)(_addc_lowering(Op.DIV))
 
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
 def _lerp(spec, start, end, weight):
-    dt = spec.dtype
-    if not dt.is_floating_point:
+    if not spec.dtype.is_floating_point:
         raise Unsupported("integer lerp")
+    dt = opmath(spec.dtype)     # ATen: in float for the half types, the weight as given
     w = as_node(weight, dt)
-    return ew(Op.LERP, dt, spec.shape, cast(start, dt), cast(end, dt), w)
+    return cast(ew(Op.LERP, dt, spec.shape, cast(start, dt), cast(end, dt), w), spec.dtype)
 
 
 def batch_norm_train(x: Node, weight, bias, eps: float):
