@@ -63,3 +63,22 @@ def test_foreach_in_place_on_lists_writes_each_tensor():
     torch._foreach_add_(wa, wb, alpha=2.0)
     for x, y in zip(wa, a):
         assert_same(x, y)
+
+
+@pytest.mark.parametrize("kw", [dict(momentum=0.9), dict(momentum=0.9, nesterov=True,
+                                                          weight_decay=1e-4)], ids=str)
+def test_sgd_gives_the_cpus_parameters_bit_for_bit(kw):
+    """With the same gradients, SGD's updates are the CPU's to the last bit: ATen's add with
+    alpha is one fused multiply-add, and so is wse's (Op.FMA)."""
+    g = torch.Generator().manual_seed(0)
+    cpu = [torch.randn(300, 7, generator=g).requires_grad_() for _ in range(3)]
+    wse = [p.detach().to("wse").requires_grad_() for p in cpu]
+    oc, ow = torch.optim.SGD(cpu, lr=0.01, **kw), torch.optim.SGD(wse, lr=0.01, **kw)
+    for _ in range(4):
+        grads = [torch.randn(300, 7, generator=g) for _ in cpu]
+        for p, q, grad in zip(cpu, wse, grads):
+            p.grad, q.grad = grad.clone(), grad.to("wse")
+        oc.step()
+        ow.step()
+        lazydev.mark_step()
+    assert all(torch.equal(p.detach(), q.detach().cpu()) for p, q in zip(cpu, wse))
