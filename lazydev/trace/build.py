@@ -106,13 +106,6 @@ def ew(op: Op, dtype: torch.dtype, shape: tuple, *srcs: Node) -> Node:
 
 
 def full(value, dtype: torch.dtype, shape: tuple) -> Node:
-    """A tensor of `shape` filled with `value`. A half-precision fill is rounded to its dtype
-    (as_node's node is an operand, which ATen's kernels compute with in float, unrounded)."""
-    if dtype in _HALF and not isinstance(value, Node):
-        node = cast(as_node(value, torch.float32), dtype)
-        if node.op is Op.CONST:
-            node = const(torch.tensor(node.arg, dtype=dtype).item(), dtype)
-        return expand(node, tuple(shape))
     return expand(as_node(value, dtype), tuple(shape))
 
 

@@ -110,6 +110,9 @@ def _binary(op: Op):
     return lower
 
 
+_true_div = _binary(Op.DIV)
+
+
 def _scalar_like(v) -> bool:
     """Whether ATen's kernel sees operand `v` as a scalar (TensorIterator.is_scalar): a number
     or a one-element tensor."""
@@ -167,7 +170,7 @@ for _ov in ("Tensor", "Scalar"):
 def _div_mode(spec, a, b, rounding_mode=None):
     dt = spec.dtype
     if rounding_mode is None:
-        return _binary(Op.DIV)(spec, a, b)
+        return _true_div(spec, a, b)
     trunc = rounding_mode == "trunc"
     if not dt.is_floating_point:
         x, y = as_node(a, dt), as_node(b, dt)

@@ -249,7 +249,9 @@ def _embedding_bag(spec, weight, indices, offsets, scale_grad_by_freq=False, mod
     if mode == _MAX:
         out, words = _bag_max(bags, rows)
     else:
-        out = cast(bags.fold(rows, "add", 0), out_spec.dtype)     # a mean divides the rounded sum
+        # A mean divides the sum rounded to the output's type by the count in that type too
+        # (a float16 bag of 3001 divides by 3000, as the CPU's does).
+        out = cast(bags.fold(rows, "add", 0), out_spec.dtype)
         if mode == _MEAN:
             size = expand(reshape(cast(bags.size, out.dtype), (bags.bags, 1)), out.shape)
             out = _bin(Op.DIV, out, _bin(Op.MAX, size, _k(1, out.dtype)))
