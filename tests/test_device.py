@@ -343,6 +343,41 @@ def test_a_wse_device_index_other_than_0_is_refused(make):
     assert_same(torch.ones(3).to("wse:0"), torch.ones(3))
 
 
+_ELSEWHERE = {
+    "zeros_like": lambda x, s, d: torch.zeros_like(x, device=d),
+    "full_like": lambda x, s, d: torch.full_like(x, 3.0, device=d),
+    "empty_like, channels_last": lambda x, s, d: torch.empty_like(
+        x.reshape(1, 2, 3, 1), device=d, memory_format=torch.channels_last).fill_(1),
+    "rand_like": lambda x, s, d: torch.rand_like(x, device=d),
+    "new_full": lambda x, s, d: x.new_full((2,), 1.0, device=d),
+    "new_empty": lambda x, s, d: x.new_empty(2, device=d).fill_(2),
+    "linspace of 0-dim tensors": lambda x, s, d: torch.linspace(s, s * 2, 4, device=d),
+    "logspace of a 0-dim tensor": lambda x, s, d: torch.logspace(s, 3.0, 4, device=d),
+}
+
+
+@pytest.mark.parametrize("case,device", [(c, "cpu") for c in _ELSEWHERE]
+                         + [(c, None) for c in _ELSEWHERE if "space" in c], ids=str)
+def test_a_result_asked_for_on_another_device_is_made_there(case, device):
+    """zeros_like(x, device="cpu") of a wse x gave a wse tensor; linspace of 0-dim wse
+    tensors raised DeviceMismatch (ATen reads their values and makes the result on the device
+    asked for, the default device when none is, as with CUDA tensors). The *_like ops read no
+    values, so they do not sync."""
+    x, s = torch.arange(6.0), torch.tensor(2.0)
+    torch.manual_seed(0)
+    expected = _ELSEWHERE[case](x, s, device)
+    xw, sw = x.to("wse"), s.to("wse")
+    syncs = lazydev.metrics.counters()["syncs"]
+    torch.manual_seed(0)
+    actual = _ELSEWHERE[case](xw, sw, device)
+    assert type(actual) is torch.Tensor and actual.device.type == "cpu"
+    assert actual.stride() == expected.stride()
+    assert_same(actual, expected)
+    if "space" not in case:
+        assert lazydev.metrics.counters()["syncs"] == syncs
+    assert torch.zeros_like(xw, device="meta").device.type == "meta"
+
+
 def test_assigning_data_replaces_the_values_as_on_the_cpu():
     """`p.data = t` on a wse parameter kept p's old values: torch's set_data copies only the
     C++ metadata, and a wse tensor's state is on the Python object."""

@@ -156,11 +156,36 @@ def _no_internal_overlap(handler, positions):
 
 def _one_device(handler):
     """An op that takes a device (new_empty, zeros_like, _to_copy): wse:1 is refused, not
-    quietly made wse:0 (device.py check_index)."""
+    quietly made wse:0 (device.py check_index); a result asked for on another device is made
+    there (_made_elsewhere; _to_copy's handler moves values itself)."""
     def run(func, args, kwargs):
-        check_index(kwargs.get("device"))
+        device = kwargs.get("device")
+        if device is None and func in _READING_FACTORIES:
+            device = torch.get_default_device()
+        if device is not None and torch.device(device).type != "wse" \
+                and func is not aten._to_copy.default:
+            return _made_elsewhere(func, args, dict(kwargs, device=device))
+        check_index(device)
         return handler(func, args, kwargs)
     return run
+
+
+# Factories whose ends may be 0-dim tensors: ATen reads their values (.item(), a sync) and
+# makes the result on the device asked for, the default device when none is.
+_READING_FACTORIES = frozenset(getattr(getattr(aten, name), overload)
+                               for name in ("linspace", "logspace")
+                               for overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"))
+
+
+def _made_elsewhere(func, args, kwargs):
+    """func's result on a device other than wse (zeros_like(x, device="cpu")): computed from
+    CPU stand-ins of the wse tensors (their sizes, strides and dtype: a *_like op reads no
+    values, so nothing syncs), or from their values for a factory that reads them."""
+    if func in _READING_FACTORIES:
+        return func(*_to_cpu_args(args), **kwargs)
+    def stand_in(t):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    return func(*pytree.tree_map_only(WseTensor, stand_in, args), **kwargs)
 
 
 def _strided_only(handler):
