@@ -573,3 +573,19 @@ def test_float_to_integer_casts_give_the_cpus_results_out_of_range(src):
     x = x.to(src)
     for dst in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool):
         assert_same(x.to("wse").to(dst), x.to(dst))
+
+
+_EMPTY = {
+    # ZeroDivisionError in the index algebra (a zero-size dim's stride divided by)
+    "logdet of 3 empty matrices": lambda x: torch.logdet(x.reshape(5, 0, 5)[:3, :, :0]),
+    # ValueError reading an empty view whose offset lies past its empty buffer
+    "unbind of a zero-size dim": lambda x: torch.unbind(x.reshape(5, 0, 5), 0)[4],
+    "nonzero, as_tuple": lambda x: torch.nonzero(x.reshape(5, 0, 5)[:, :, 0], as_tuple=True)[1],
+}
+
+
+@pytest.mark.parametrize("case", list(_EMPTY))
+def test_zero_size_tensors(case):
+    """Found by OpInfo's full sample sets (lazydev.coverage --full)."""
+    x = torch.zeros(0)
+    assert_same(_EMPTY[case](x.to("wse")).cpu(), _EMPTY[case](x))

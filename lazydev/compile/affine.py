@@ -185,6 +185,8 @@ class IndexAlgebra:
     # -- division -------------------------------------------------------------------------------
     def divmod(self, a: Affine, d: int) -> tuple[Affine, Affine] | None:
         """(a // d, a % d) as affine values, when the ranges prove the split exact (a >= 0)."""
+        if d <= 0:          # a zero-size dim's stride or size: nothing to simplify
+            return None
         whole = Affine({n: c // d for n, c in a.terms if c % d == 0})
         rest = Affine(tuple((n, c) for n, c in a.terms if c % d), a.const)
         b = self.bounds(rest)

@@ -220,6 +220,8 @@ class Buffer:
         out = torch.empty(tuple(shape), dtype=dtype)
         n = _tensor_nbytes(out)
         skip = start * out.element_size()
+        if n == 0:          # (an empty view's offset may lie past an empty buffer's end)
+            return out
         if start < 0 or skip + n > self.nbytes:
             raise ValueError(f"Buffer.to_tensor: {tuple(shape)} {dtype} from element {start} "
                              f"needs {skip + n} bytes, buffer has {self.nbytes}")

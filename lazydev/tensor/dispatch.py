@@ -183,6 +183,7 @@ def _made_elsewhere(func, args, kwargs):
     values, so nothing syncs), or from their values for a factory that reads them."""
     if func in _READING_FACTORIES:
         return func(*_to_cpu_args(args), **kwargs)
+
     def stand_in(t):
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     return func(*pytree.tree_map_only(WseTensor, stand_in, args), **kwargs)
