@@ -163,11 +163,16 @@ def _one_device(handler):
         if device is None and func in _READING_FACTORIES:
             device = torch.get_default_device()
         if device is not None and torch.device(device).type != "wse" \
-                and func is not aten._to_copy.default:
+                and (func in _READING_FACTORIES or func in _VALUE_FREE):
             return _made_elsewhere(func, args, dict(kwargs, device=device))
         check_index(device)
         return handler(func, args, kwargs)
     return run
+
+
+def _overloads(*names) -> frozenset:
+    return frozenset(getattr(getattr(aten, n), o) for n in names
+                     for o in getattr(aten, n).overloads())
 
 
 # Factories whose ends may be 0-dim tensors: ATen reads their values (.item(), a sync) and
@@ -175,6 +180,11 @@ def _one_device(handler):
 _READING_FACTORIES = frozenset(getattr(getattr(aten, name), overload)
                                for name in ("linspace", "logspace")
                                for overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"))
+# Ops that read only their tensor arguments' sizes, strides and dtypes. (Others with a device
+# argument keep their handlers: _to_copy moves values, _resize_output writes its argument.)
+_VALUE_FREE = _overloads("empty_like", "full_like", "ones_like", "zeros_like", "rand_like",
+                         "randn_like", "randint_like", "new_empty", "new_empty_strided",
+                         "new_full", "new_ones", "new_zeros")
 
 
 def _made_elsewhere(func, args, kwargs):
