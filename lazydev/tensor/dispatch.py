@@ -117,7 +117,7 @@ def _choose(func):
     if "layout" in names:
         handler = _strided_only(handler)
     if "device" in names:
-        handler = _one_device(handler)
+        handler = _one_device(handler, func)
     written = [i for i in _mutated_positions(func) if func._schema.arguments[i].type.kind()
                == "TensorType"]
     if written and torch.Tag.inplace_view not in func.tags and func not in _MAY_OVERLAP \
@@ -154,16 +154,19 @@ def _no_internal_overlap(handler, positions):
     return run
 
 
-def _one_device(handler):
+def _one_device(handler, op):
     """An op that takes a device (new_empty, zeros_like, _to_copy): wse:1 is refused, not
     quietly made wse:0 (device.py check_index); a result asked for on another device is made
-    there (_made_elsewhere; _to_copy's handler moves values itself)."""
+    there (_made_elsewhere; _to_copy's handler moves values itself). Which kind `op` is is
+    decided here, once, not per call (_to_copy runs for every upload)."""
+    reads = op in _READING_FACTORIES
+    movable = reads or op in _VALUE_FREE
+
     def run(func, args, kwargs):
         device = kwargs.get("device")
-        if device is None and func in _READING_FACTORIES:
+        if device is None and reads:
             device = torch.get_default_device()
-        if device is not None and torch.device(device).type != "wse" \
-                and (func in _READING_FACTORIES or func in _VALUE_FREE):
+        if movable and device is not None and torch.device(device).type != "wse":
             return _made_elsewhere(func, args, dict(kwargs, device=device))
         check_index(device)
         return handler(func, args, kwargs)
