@@ -44,7 +44,8 @@ def test_float64_arbiter_passes_a_closer_sum_and_fails_a_wrong_one():
     exact = x.double().sum().float()
 
     def judge(value):
-        return coverage._compare_judged(torch.sum, sample, 0, value, expected, "output", True)
+        return coverage._compare_judged(value, expected, "output", True,
+                                        coverage._output64(torch.sum, sample, 0))
     assert judge(exact) == ["output judged against float64 (Note [Float64 arbiter])"]
     with pytest.raises(coverage.Mismatch):
         judge(exact + 1e-4)
@@ -63,5 +64,43 @@ def test_float64_arbiter_does_not_excuse_a_float32_overflow():
     x = torch.tensor([1.0, 89.0])
     sample, expected = SampleInput(x), torch.exp(x)
     with pytest.raises(coverage.Mismatch):
-        coverage._compare_judged(torch.exp, sample, 0, torch.tensor([2.7182817, 0.0]),
-                                 expected, "output", True)
+        coverage._compare_judged(torch.tensor([2.7182817, 0.0]), expected, "output", True,
+                                 coverage._output64(torch.exp, sample, 0))
+
+
+
+def _mm_with_gradient_off_by(error: float):
+    """torch.mm whose gradient of its first argument is `error` away from the exact one."""
+    class Mm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(b)
+            return a @ b
+
+        @staticmethod
+        def backward(ctx, g):
+            (b,) = ctx.saved_tensors
+            return (g.double() @ b.double().t() + error).float(), None
+    return Mm.apply
+
+
+def test_float64_arbiter_judges_gradients():
+    """A gradient that differs from the CPU's is judged against the gradient computed in float64,
+    as outputs are: nearer than the CPU's (plus the table) passes, further fails. Gradients used
+    to be compared with the CPU's directly, which failed wse where its float32 error was the
+    CPU's own size (conv3d, svd, grid_sample in the full OpInfo run). Here the "CPU" gradient is
+    made 10 atol off and "wse" is exact, or 30 atol off."""
+    from torch.testing._internal.opinfo.core import SampleInput
+    atol, _ = coverage.TOLERANCES[torch.float32]
+    sample = SampleInput(torch.ones(1, 3, requires_grad=True), args=(torch.rand(3, 2),))
+
+    def check(wse_error):
+        cpu_in = coverage._sample_args(sample, "cpu", True)
+        wse_in = coverage._sample_args(sample, "cpu", True)    # only values matter here
+        expected = _mm_with_gradient_off_by(10 * atol)(cpu_in[0], *cpu_in[1])
+        actual = _mm_with_gradient_off_by(wse_error)(wse_in[0], *wse_in[1])
+        return coverage._check_backward(torch.mm, sample, 0, cpu_in, expected, wse_in, actual)
+    assert check(0.0) == ["grad judged against float64 (Note [Float64 arbiter])"]
+    assert check(10 * atol) == []             # the CPU's own gradient: no judgement needed
+    with pytest.raises(coverage.Mismatch):
+        check(-30 * atol)
