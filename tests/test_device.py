@@ -174,6 +174,12 @@ def test_numpy_of_a_wse_tensor_says_what_to_do():
         torch.ones(2, device="wse").numpy()
 
 
+def test_numpy_force_copies_as_it_does_from_cuda():
+    """numpy(force=True) is .detach().cpu()...numpy(); wse raised TypeError for it."""
+    x = torch.arange(3.0, requires_grad=True)
+    assert ((x.to("wse") * 2).numpy(force=True) == (x * 2).numpy(force=True)).all()
+
+
 def test_unlowered_op_falls_back_counted_and_logged(capsys):
     x = torch.randn(50)
     lazydev.config(log="fallback")

@@ -99,6 +99,43 @@ _CASES = {
                                                torch.ones(2, 3, dtype=torch.long, device=d)),
     "soft_margin_loss of integers": lambda d: torch.nn.functional.soft_margin_loss(
         torch.ones(2, dtype=torch.long, device=d), torch.ones(2, dtype=torch.long, device=d)),
+    # found by bug hunts (session 28); each computed a value on wse, or read out of bounds
+    "copy_ of a shape that does not broadcast": lambda d: torch.zeros(2, 3, device=d).copy_(
+        torch.arange(2.0, device=d)),
+    "copy_ of a longer 1-d tensor": lambda d: torch.zeros(4, device=d).copy_(
+        torch.arange(3.0, device=d)),
+    "copy_ of a CPU tensor of another shape": lambda d: torch.zeros(2, 4, device=d).copy_(
+        torch.zeros(3, 4)),
+    "copy_ of a tensor with more dims": lambda d: torch.zeros(4, device=d).copy_(
+        torch.zeros(1, 4, device=d)),
+    "copy_ into a view": lambda d: torch.zeros(4, 8, device=d)[::2].copy_(
+        torch.zeros(2, 4, device=d)),
+    "long add_ float": lambda d: torch.tensor([1, 2], device=d).add_(1.5),
+    "long += float tensor": lambda d: torch.tensor([1, 2], device=d).__iadd__(
+        torch.full((2,), 0.5, device=d)),
+    "bool add_ 1": lambda d: torch.tensor([True, False], device=d).add_(1),
+    "float add_ complex": lambda d: torch.tensor([1.0, 2.0], device=d).add_(1j),
+    "long sqrt_": lambda d: torch.tensor([1, 4], device=d).sqrt_(),
+    "long clamp_ float": lambda d: torch.tensor([1, 4], device=d).clamp_(min=1.5),
+    "long div_": lambda d: torch.tensor([1, 4], device=d).div_(2),
+    "long mul_ 0-dim CPU float": lambda d: torch.tensor([1, 4], device=d).mul_(torch.tensor(1.5)),
+    "foreach add_ float into long": lambda d: torch._foreach_add_(
+        [torch.tensor([1, 2], device=d)], 1.5),
+    "float & int": lambda d: torch.tensor([1.5], device=d) & 1,
+    "float | long tensor": lambda d: torch.tensor([1.5], device=d) | torch.tensor([1], device=d),
+    "float << 1": lambda d: torch.tensor([1.5], device=d) << 1,
+    "float bitwise_xor_": lambda d: torch.tensor([1.5], device=d).bitwise_xor_(1),
+    "long - bool": lambda d: torch.tensor([1, 2], device=d) - torch.tensor([True, False],
+                                                                         device=d),
+    "gelu of long": lambda d: torch.nn.functional.gelu(torch.tensor([1, -2, 3], device=d)),
+    "softmax of long": lambda d: torch.tensor([1, -2, 3], device=d).softmax(0),
+    "log_softmax of uint8": lambda d: torch.tensor([1, 3], dtype=torch.uint8,
+                                                   device=d).log_softmax(0),
+    "var of long": lambda d: torch.tensor([1, -2, 3], device=d).var(),
+    "std of bool": lambda d: torch.tensor([True, False], device=d).std(),
+    "abs of bool": lambda d: torch.tensor([True, False], device=d).abs(),
+    "lerp of long": lambda d: torch.lerp(torch.tensor([1, 2], device=d),
+                                         torch.tensor([3, 4], device=d), 0.5),
 }
 
 
@@ -156,3 +193,31 @@ def test_a_negative_size_raises_the_cpu_error_and_leaves_the_trace_whole(make):
     y = torch.ones(3, device="wse") * 2
     lazydev.mark_step()
     assert y.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_refused_op_loses_no_other_value():
+    """`float & 1` recorded a node the C compiler then refused at the sync, and every other
+    value pending in that step was lost with it."""
+    a = torch.ones(3, device="wse") * 2
+    with pytest.raises(NotImplementedError):
+        torch.tensor([1.5], device="wse") & 1
+    assert a.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int32, torch.int16,
+                                   torch.int64])
+def test_negating_a_negative_constant_compiles(dtype):
+    """fill_(-1) then neg_() in one trace generated `(--1.0)`, a decrement: a CompileError."""
+    x = torch.zeros(3, dtype=dtype, device="wse")
+    x.fill_(-1)
+    x.neg_()
+    y = torch.zeros(3, dtype=dtype, device="wse").fill_(-2).abs_()
+    assert x.cpu().tolist() == [1, 1, 1] and y.cpu().tolist() == [2, 2, 2]
+
+
+def test_sign_of_nan_is_zero():
+    """ATen's sign is (0 < x) - (x < 0), so NaN gives 0; wse gave NaN."""
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = torch.tensor([float("nan"), -2.0, -0.0, 3.0], dtype=dtype)
+        for fn in (torch.sign, torch.sgn):
+            torch.testing.assert_close(fn(x.to("wse")).cpu(), fn(x), atol=0, rtol=0)

@@ -144,6 +144,28 @@ def test_a_checkpoint_loads_straight_onto_wse(tmp_path, where):
     assert_same(model.weight, 2 * w)
 
 
+@pytest.mark.parametrize("where", ["cpu", "wse"])
+def test_a_checkpoint_saved_from_wse_keeps_views_and_parameters(tmp_path, where):
+    """Saving from wse as from the CPU: views of one storage (a tied weight and its
+    transpose, a slice) alias again when loaded, with their strides and offsets, and a
+    pickled module's parameters load as Parameters. Each view was saved as a copy of its own
+    values, and a Parameter as a plain tensor."""
+    model = nn.Linear(4, 6)
+    w = torch.randn(6, 4)
+    model.to("wse")
+    ww = w.to("wse")
+    torch.save({"w": ww, "wt": ww.t(), "row": ww[2:4], "model": model}, tmp_path / "c.pt")
+    loaded = torch.load(tmp_path / "c.pt", map_location=where, weights_only=False)
+    assert loaded["row"].storage_offset() == 8 and loaded["wt"].stride() == (1, 4)
+    loaded["w"].mul_(2)
+    assert_same(loaded["wt"], 2 * w.t())
+    assert_same(loaded["row"], 2 * w[2:4])
+    weight = loaded["model"].weight
+    assert isinstance(weight, nn.Parameter) and weight.requires_grad
+    assert weight.device.type == where
+    assert_same(weight, model.weight.cpu())
+
+
 def test_set_with_a_storage_torch_load_did_not_make_says_what_to_do():
     a = torch.arange(8.0).to("wse")
     with pytest.raises(RuntimeError, match="t.set_\\(other\\).*map_location='wse'"):

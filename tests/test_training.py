@@ -150,6 +150,15 @@ def test_out_of_range_embedding_raises_index_error_not_a_crash():
     torch.testing.assert_close(good.cpu(), weight[[3, 1]])
 
 
+def test_negative_embedding_index_of_two_dims_raises_as_on_the_cpu():
+    """A 2-d index becomes weight[indices], which wraps -1 to the last row; the CPU raises."""
+    w = torch.arange(6.0).view(3, 2)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        torch.nn.functional.embedding(torch.tensor([[0, -1]]), w)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        torch.nn.functional.embedding(torch.tensor([[0, -1]]).to("wse"), w.to("wse")).cpu()
+
+
 def test_out_of_range_gather_raises_the_cpu_error():
     x = torch.randn(3, 4).to("wse")
     idx = torch.tensor([[0, 7]]).to("wse")

@@ -45,6 +45,8 @@ def round_half(dtype, value: str) -> str:
 
 
 def literal(value, dtype) -> str:
+    """C text of a constant; a negative one is parenthesised, as operators are put before
+    operands (`-` before -1.0 would make `--1.0`, a decrement)."""
     if dtype is torch.bool:
         return "true" if value else "false"
     if dtype.is_floating_point:
@@ -52,11 +54,12 @@ def literal(value, dtype) -> str:
             return "NAN"
         if value in (float("inf"), float("-inf")):
             return "INFINITY" if value > 0 else "(-INFINITY)"
-        text = repr(float(value))
-        return f"{text}f" if vtype(dtype) == "float" else text
-    if dtype is torch.int64:
+        text = repr(float(value)) + ("f" if vtype(dtype) == "float" else "")
+    elif dtype is torch.int64:
         return f"INT64_C({int(value)})"
-    return str(int(value))
+    else:
+        text = str(int(value))
+    return f"({text})" if text.startswith("-") else text
 
 
 _FLOAT_FN = {
@@ -117,7 +120,7 @@ def unary(op: Op, dtype, x: str, src_dtype) -> str:
     if op is Op.SIGN:
         if dtype is torch.bool:
             return x
-        return f"({x} != {x} ? {x} : ({vtype(dtype)})(({x} > 0) - ({x} < 0)))"
+        return f"(({vtype(dtype)})(({x} > 0) - ({x} < 0)))"     # NaN -> 0, as ATen's
     if op is Op.NOT:
         return f"(!{x})"
     if op is Op.BITNOT:

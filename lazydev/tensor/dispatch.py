@@ -541,6 +541,9 @@ def inplace_op(func, args, kwargs):
     results = result if isinstance(result, tuple) else (result,)
     targets = [_arg_at(func, pos, args, kwargs) for pos in positions]
     for target, res in zip(targets, results):
+        if isinstance(target, WseTensor) and isinstance(res, WseTensor):
+            dtypes.check_cast(func, args, kwargs, res.dtype, target.dtype)
+    for target, res in zip(targets, results):
         if isinstance(target, WseTensor) and isinstance(res, WseTensor) \
                 and tuple(res.shape) != tuple(target.shape):
             if func not in _RESIZES_SELF:

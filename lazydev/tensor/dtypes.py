@@ -4,9 +4,10 @@ A float64 batch into a float32 nn.Linear (numpy data not cast), a float32 input 
 class weights, a float index to F.embedding, argmax of a bool tensor: the CPU raises, and wse
 computed (in float64, or indexing by truncated floats), so code that ran on wse failed on the
 CPU. (Dtypes the CPU has no kernel for at all, NotImplementedError "... not implemented for
-'Byte'", are left computed: devices differ in those, as CUDA's do.) A call that breaks a
-rule below asks the CPU for its verdict, on zero inputs of the same sizes (meta.cpu_error), and
-raises the CPU's exception, message included. Some mixes are the CPU's to allow (a bfloat16
+'Half'", are left computed: devices differ in those, as CUDA's do; but not float-only math of
+integers, bool arithmetic or bit operations of floats, whose values no device gives.) A call
+that breaks a rule below asks the CPU for its verdict, on zero inputs of the same sizes
+(meta.cpu_error), and raises the CPU's exception, message included. Some mixes are the CPU's to allow (a bfloat16
 input with float32 weights to layer_norm): the rules only say when to ask, and a mix the CPU
 accepted is remembered and not asked again.
 """
@@ -65,6 +66,10 @@ def _integral(d) -> bool:
     return not (d.is_floating_point or d.is_complex)
 
 
+def _inexact(d) -> bool:
+    return d.is_floating_point or d.is_complex
+
+
 # Op -> (tensor arguments, the dtypes its CPU kernel refuses for any of them).
 _REFUSED = {
     aten.embedding.default: (("indices",), _not_index),
@@ -77,7 +82,37 @@ _REFUSED = {
     aten.soft_margin_loss.default: (("self",), _not_float),
     aten.addcdiv.default: (("tensor1", "tensor2"), _integral),
     aten.masked_scatter.default: (("mask",), _not_bool),
+    # Float-only kernels. wse computed them for integers too (gelu of a long tensor truncated
+    # to [0, 0, 2], var of ints in integer arithmetic), values no device gives.
+    aten.var.correction: (("self",), _integral),
+    aten.std.correction: (("self",), _integral),
+    aten.var_mean.correction: (("self",), _integral),
+    aten.std_mean.correction: (("self",), _integral),
+    aten.lerp.Scalar: (("self", "end"), _integral),
+    aten.lerp.Tensor: (("self", "end", "weight"), _integral),
+    aten.avg_pool2d.default: (("self",), _integral),
+    # Bool has no arithmetic: `long - bool` and abs/floor of bool raise on the CPU.
+    aten.sub.Tensor: (("self", "other"), _is_bool),
+    aten.median.default: (("self",), _is_bool),
+    aten.dot.default: (("self", "tensor"), _is_bool),
+    # Bit operations of floats: no C operator either (wse failed in the C compiler, at the
+    # sync, and the step's other values were lost).
+    aten.bitwise_and.Tensor: (("self", "other"), _inexact),
+    aten.bitwise_or.Tensor: (("self", "other"), _inexact),
+    aten.bitwise_xor.Tensor: (("self", "other"), _inexact),
+    aten.__lshift__.Tensor: (("self", "other"), _inexact),
+    aten.__rshift__.Tensor: (("self", "other"), _inexact),
+    aten.bitwise_left_shift.Tensor: (("self", "other"), _inexact),
+    aten.bitwise_right_shift.Tensor: (("self", "other"), _inexact),
 }
+for _op in ("gelu", "silu", "mish", "celu", "softplus", "hardswish", "hardsigmoid",
+            "log_sigmoid_forward", "hardshrink", "glu", "_softmax", "_log_softmax", "frac"):
+    _REFUSED[getattr(aten, _op).default] = (("self",), _integral)
+for _op in ("abs", "floor", "ceil", "round", "trunc"):
+    _REFUSED[getattr(aten, _op).default] = (("self",), _is_bool)
+for _op in ("bitwise_and", "bitwise_or", "bitwise_xor", "__lshift__", "__rshift__"):
+    _REFUSED[getattr(aten, _op).Scalar] = (("self",), _inexact)
+_REFUSED[aten.bitwise_not.default] = (("self",), _inexact)
 
 _accepted: set = set()      # (op, dtypes) the CPU accepted
 _checks: dict = {}          # op -> its check(args, kwargs)
@@ -128,6 +163,22 @@ def ask(func, args, kwargs, dtypes: tuple, expand_large: bool = True) -> None:
         if error is not None:
             raise error
         _accepted.add((func, dtypes))
+
+
+def check_cast(func, args, kwargs, result: torch.dtype, target: torch.dtype) -> None:
+    """In-place op `func` writes a result of dtype `result` into a tensor of dtype `target`:
+    where PyTorch's casting rule refuses (a float result into a long tensor, a long one into a
+    bool tensor), raise the CPU's error rather than truncate. Over _CPU_RERUN_LIMIT elements the
+    CPU is not asked, and the error is the CPU's usual one."""
+    if torch.can_cast(result, target) or (func, (result, target)) in _accepted:
+        return
+    error = meta.cpu_error(func, args, kwargs, expand_large=False)
+    if error is None and meta.too_large(args, kwargs):
+        error = RuntimeError(f"result type {result} can't be cast to the desired output type "
+                             f"{target}")
+    if error is not None:
+        raise error
+    _accepted.add((func, (result, target)))
 
 
 def has_rule(func) -> bool:

@@ -110,6 +110,13 @@ def _bag(args, kwargs):
     return _replace(args, 1, _checked(args[1], n, cid)), kwargs
 
 
+def _embedding(args, kwargs):
+    """embedding(weight, indices, ...): indices in [0, rows). (A 1-d index was checked by the
+    index_select it decomposes into; others become weight[indices], which wraps -1.)"""
+    cid = checks.message(IndexError, _SELF)
+    return _replace(args, 1, _checked(args[1], args[0].shape[0], cid)), kwargs
+
+
 def _unpool(args, kwargs):
     """max_unpool2d/3d(self, indices, output_size, ...): positions in one output plane."""
     size = tuple(args[2])
@@ -157,6 +164,7 @@ RULES: dict = {
     aten.index_fill.int_Tensor: _along_dim(IndexError, _BOUNDS, wraps=True),
     aten.take.default: _flat,
     aten.put.default: _flat,
+    aten.embedding.default: _embedding,
     aten._embedding_bag.default: _bag,
     aten._embedding_bag_forward_only.default: _bag,
     aten.max_unpool2d.default: _unpool,

@@ -376,9 +376,9 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
         target = args[p]
         if type(target) is not WseTensor or ref is None or overlaps_itself(target):
             raise _NotReplayable    # (the general path raises where the CPU does)
-        shape = _ref_shape(plan, ref, tensors)
-        if shape != tuple(target.shape):
-            raise _NotReplayable    # a result of another shape: the general path decides
+        shape, dtype = _ref_meta(plan, ref, tensors)
+        if shape != tuple(target.shape) or not torch.can_cast(dtype, target.dtype):
+            raise _NotReplayable    # a result of another shape or kind: the general path decides
     return plan
 
 
@@ -389,13 +389,15 @@ def overlaps_itself(t: WseTensor) -> bool:
     return 0 in stride and any(s == 0 and n > 1 for n, s in zip(size, stride))
 
 
-def _ref_shape(plan, ref, tensors):
+def _ref_meta(plan, ref, tensors):
+    """(shape, dtype) of the plan's value `ref`."""
     n_in, consts = len(tensors), plan.macro.consts
     if ref < n_in:
-        return tuple(tensors[ref].shape)
+        return tuple(tensors[ref].shape), tensors[ref].dtype
     if ref < n_in + len(consts):
-        return consts[ref - n_in].shape
-    return plan.macro.recipes[ref - n_in - len(consts)][2]
+        return consts[ref - n_in].shape, consts[ref - n_in].dtype
+    recipe = plan.macro.recipes[ref - n_in - len(consts)]
+    return recipe[2], recipe[1]
 
 
 def run_view(func, args, kwargs, base):

@@ -6,8 +6,10 @@ different object would be lost): `_st` (the shared Storage, trace/state.py) and 
 """
 from __future__ import annotations
 
+import collections
 import copy
 import warnings
+import weakref
 
 import torch
 
@@ -141,8 +143,13 @@ class WseTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         """Pickling (torch.save) stores the values as a CPU tensor: loading gives CPU tensors,
-        which `.to("wse")` or `load_state_dict` into a wse model bring back."""
-        cpu = to_cpu(self, reason="save")
+        which `.to("wse")` or `load_state_dict` into a wse model bring back. Views of one
+        storage are saved as views of one CPU copy of it (so they alias again when loaded), and
+        a Parameter as a Parameter."""
+        cpu = _saved(self)
+        if isinstance(self, torch.nn.Parameter):
+            return (torch._utils._rebuild_parameter,
+                    (cpu, self.requires_grad, collections.OrderedDict()))
         if self.requires_grad:
             cpu.requires_grad_()
         return cpu.__reduce_ex__(protocol)
@@ -209,7 +216,9 @@ class WseTensor(torch.Tensor):
     def tolist(self):
         return to_cpu(self, reason="tolist").tolist()
 
-    def numpy(self, *args, **kwargs):
+    def numpy(self, *, force: bool = False):
+        if force:                   # what force means: .detach().cpu().resolve_conj()...numpy()
+            return self.detach().cpu().numpy(force=True)
         raise TypeError("can't convert wse:0 device type tensor to numpy. Use Tensor.cpu() to "
                         "copy the tensor to host memory first.")
 
@@ -317,6 +326,8 @@ def write(t: WseTensor, node: Node) -> None:
     if node.dtype is not dtype:
         node = build.cast(node, dtype)
     if node.shape != size:
+        if not broadcasts_to(node.shape, size):
+            _copy_shape_error(node.shape, size)
         node = build.expand(node, size)
     if t._lz_full:
         st.set_node(node)
@@ -324,6 +335,20 @@ def write(t: WseTensor, node: Node) -> None:
         return
     base = st.value((numel,))
     st.set_node(Node(_SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
+
+
+def broadcasts_to(shape: tuple, size: tuple) -> bool:
+    """Whether a value of `shape` broadcasts to `size` (copy_'s rule: no new leading dims)."""
+    if len(shape) > len(size):
+        return False
+    return all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(size)))
+
+
+def _copy_shape_error(shape: tuple, size: tuple):
+    """Raise what the CPU raises for copying a value of `shape` into a tensor of `size`."""
+    torch.empty(size, device="meta").copy_(torch.empty(shape, device="meta"))
+    raise RuntimeError(f"output with shape {list(size)} doesn't match the broadcast shape "
+                       f"{list(shape)}")
 
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -367,6 +392,28 @@ def from_cpu(cpu: torch.Tensor) -> WseTensor:
         return WseTensor(storage, tuple(cpu.shape), dtype=cpu.dtype)
     buf = sync.upload(cpu)
     return WseTensor(Storage(cpu.numel(), cpu.dtype, buf=buf), tuple(cpu.shape))
+
+
+# wse storage -> (its version, its buffer, a CPU copy of all of it), for pickling
+_SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@state.recorder
+def _saved(t: WseTensor) -> torch.Tensor:
+    """`t` on the CPU as a view, with t's sizes, strides and offset, of a copy of its whole
+    storage, the same copy for every view saved while the storage holds the same value:
+    torch.save writes one storage per CPU storage, so views saved together alias again."""
+    st = t._st
+    if t._lz_meta[4] is not st.dtype or t._lz_meta[3] != st.numel:
+        return to_cpu(t, reason="save")         # complex pairs, a regrown storage: the values
+    sync.sync("save", needed=st.node is not None or st.buf is None)
+    if st.buf is None:
+        raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
+    got = _SAVED.get(st)
+    if got is None or got[0] != st.version or got[1] is not st.buf:
+        got = _SAVED[st] = (st.version, st.buf, sync.download(st.buf, st.dtype, st.numel))
+    size, stride, offset = t._lz_meta[:3]
+    return got[2].as_strided(size, stride, offset)
 
 
 @state.recorder

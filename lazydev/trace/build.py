@@ -96,6 +96,11 @@ def expand(n: Node, shape: tuple) -> Node:
         n = reshape(n, (1,) * (len(shape) - len(n.shape)) + n.shape)
         if n.shape == shape:
             return n
+    if len(n.shape) > len(shape) or any(a != b and a != 1 for a, b in zip(n.shape, shape)):
+        # Callers check broadcasts as PyTorch does; a node that does not broadcast would make
+        # a kernel read past its buffer, so it is refused here too.
+        raise RuntimeError(f"lazydev: cannot expand a value of shape {list(n.shape)} to "
+                           f"{list(shape)}")
     return Node(Op.EXPAND, n.dtype, shape, (n,))
 
 

@@ -150,6 +150,12 @@ def users_error(func, args, kwargs, e: Exception) -> Exception:
     return cpu_error(func, args, kwargs, expand_large=False) or e
 
 
+def too_large(args, kwargs) -> bool:
+    """Whether the CPU re-run of cpu_error would allocate more than _CPU_RERUN_LIMIT elements."""
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    return sum(a.numel() for a in leaves if isinstance(a, torch.Tensor)) > _CPU_RERUN_LIMIT
+
+
 def cpu_error(func, args, kwargs, expand_large: bool = True) -> Exception | None:
     """What the CPU raises for this call, run on zero-filled inputs of the same sizes and
     strides; None when it raises nothing or cannot be asked (a generator argument, or inputs
@@ -158,7 +164,7 @@ def cpu_error(func, args, kwargs, expand_large: bool = True) -> Exception | None
     leaves = torch.utils._pytree.tree_leaves((args, kwargs))
     if any(isinstance(a, torch.Generator) for a in leaves):
         return None
-    large = sum(a.numel() for a in leaves if isinstance(a, torch.Tensor)) > _CPU_RERUN_LIMIT
+    large = too_large(args, kwargs)
     if large and not expand_large:
         return None
 
