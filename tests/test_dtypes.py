@@ -8,6 +8,17 @@ import lazydev
 from conftest import assert_same
 
 _SAME = {
+    # A number operand is converted to an integer tensor's dtype, wrapping (uint8 -1 is 255);
+    # wse compared and computed with the number as given
+    "uint8 > -1": lambda d: torch.tensor([0, 5], dtype=torch.uint8, device=d) > -1,
+    "uint8 clamp(min=-1)": lambda d: torch.tensor([0, 5], dtype=torch.uint8,
+                                                  device=d).clamp(min=-1),
+    "uint8 % -3": lambda d: torch.tensor([5, 254], dtype=torch.uint8, device=d) % -3,
+    "uint8 // -3": lambda d: torch.tensor([0, 1, 5, 200, 255], dtype=torch.uint8,
+                                          device=d) // -3,
+    "int8 > 300": lambda d: torch.tensor([127, 20], dtype=torch.int8, device=d) > 300,
+    "int8 == 2 ** 40": lambda d: torch.tensor([0, 1], dtype=torch.int8, device=d) == 2 ** 40,
+    "uint8 fill_(-1)": lambda d: torch.zeros(2, dtype=torch.uint8, device=d).fill_(-1),
     # ATen divides an integer window's sum in the input's type (wse gave float32 means)
     "avg_pool1d int64": lambda d: F.avg_pool1d(
         torch.tensor([[[-7, 5, 9, -3, 4]]], device=d), 2),

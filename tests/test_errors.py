@@ -136,6 +136,18 @@ _CASES = {
     "abs of bool": lambda d: torch.tensor([True, False], device=d).abs(),
     "lerp of long": lambda d: torch.lerp(torch.tensor([1, 2], device=d),
                                          torch.tensor([3, 4], device=d), 0.5),
+    # numbers ATen converts with checked_convert: an overflow raises (wse wrapped)
+    "int8 fill_(300)": lambda d: torch.zeros(2, dtype=torch.int8, device=d).fill_(300),
+    "half clamp(min=1e10)": lambda d: torch.ones(2, dtype=torch.half, device=d).clamp(min=1e10),
+    "half fill_(7e4)": lambda d: torch.ones(2, dtype=torch.half, device=d).fill_(7e4),
+    "uint8 full 300": lambda d: torch.full((2,), 300, dtype=torch.uint8, device=d),
+    "int8 full_like 300": lambda d: torch.full_like(torch.zeros(2, dtype=torch.int8, device=d),
+                                                    300),
+    "uint8 new_full 256": lambda d: torch.zeros(2, device=d).new_full((2,), 256,
+                                                                      dtype=torch.uint8),
+    "uint8 masked_fill_ 256": lambda d: torch.zeros(2, dtype=torch.uint8, device=d).masked_fill_(
+        torch.tensor([True, False], device=d), 256),
+    "float fill_(1e300)": lambda d: torch.zeros(2, device=d).fill_(1e300),
 }
 
 

@@ -13,6 +13,8 @@ accepted is remembered and not asked again.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..trace import meta
@@ -114,6 +116,71 @@ for _op in ("bitwise_and", "bitwise_or", "bitwise_xor", "__lshift__", "__rshift_
     _REFUSED[getattr(aten, _op).Scalar] = (("self",), _inexact)
 _REFUSED[aten.bitwise_not.default] = (("self",), _inexact)
 
+# Op -> (the arguments whose dtype its numbers are converted to, the first given one, and the
+# number arguments). ATen
+# converts these with checked_convert, which raises where a number overflows the dtype
+# (fill_(300) of uint8, clamp(min=1e10) of half); other ops wrap (x + 300) and so does wse.
+_CONVERTED = {
+    aten.fill.Scalar: (("self",), ("value",)),
+    aten.fill_.Scalar: (("self",), ("value",)),
+    aten.masked_fill.Scalar: (("self",), ("value",)),
+    aten.masked_fill_.Scalar: (("self",), ("value",)),
+    aten.clamp.default: (("self",), ("min", "max")),
+    aten.clamp_.default: (("self",), ("min", "max")),
+    aten.clamp_min.default: (("self",), ("min",)),
+    aten.clamp_max.default: (("self",), ("max",)),
+    aten.full.default: (("dtype",), ("fill_value",)),
+    aten.full_like.default: (("dtype", "self"), ("fill_value",)),
+    aten.new_full.default: (("dtype", "self"), ("fill_value",)),
+}
+_C_TYPES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
+            torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
+            torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double"}
+
+
+def _overflows(v, dtype) -> bool:
+    """c10's overflows<T>(v): out of T's range; an unsigned T takes -max..max (negatives
+    wrap), a float T any infinity or NaN."""
+    if dtype.is_floating_point:
+        return math.isfinite(v) and abs(v) > torch.finfo(dtype).max
+    if v != v:
+        return True
+    info = torch.iinfo(dtype)
+    if info.min == 0:
+        return v > info.max or -v > info.max
+    return v < info.min or v > info.max
+
+
+def _check_numbers(func, names):
+    """Per call: raise as checked_convert for a number argument of func that overflows."""
+    target_names, number_names = _CONVERTED[func]
+    targets = tuple(names.index(n) for n in target_names)
+    numbers = tuple(names.index(n) for n in number_names)
+
+    def arg(p, args, kwargs):
+        return args[p] if p < len(args) else kwargs.get(names[p])
+
+    def check(args, kwargs):
+        dtype = None
+        for p in targets:
+            t = arg(p, args, kwargs)
+            dtype = t if isinstance(t, torch.dtype) else getattr(t, "dtype", None)
+            if dtype is not None:
+                break
+        if dtype is None or dtype is torch.bool or dtype.is_complex:
+            return
+        for p in numbers:
+            v = arg(p, args, kwargs)
+            if type(v) is float and not dtype.is_floating_point and func in _PROMOTES:
+                continue        # clamp(int tensor, 1.5) is float, not a conversion
+            if type(v) in (int, float) and _overflows(v, dtype):
+                raise RuntimeError(f"value cannot be converted to type "
+                                   f"{_C_TYPES.get(dtype, dtype)} without overflow")
+    return check
+
+
+_PROMOTES = frozenset({aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default})
+
 _accepted: set = set()      # (op, dtypes) the CPU accepted
 _checks: dict = {}          # op -> its check(args, kwargs)
 
@@ -129,6 +196,8 @@ def check(func, args, kwargs) -> None:
 def _make_check(func):
     # Built once per op: the check runs before every mm and addmm.
     names = [a.name for a in func._schema.arguments]
+    if func in _CONVERTED:
+        return _check_numbers(func, names)
     same = tuple(names.index(n) for n in _SAME.get(func, ()))
     given, refused = _REFUSED.get(func, ((), None))
     checked = tuple(names.index(n) for n in given)
@@ -182,7 +251,7 @@ def check_cast(func, args, kwargs, result: torch.dtype, target: torch.dtype) -> 
 
 
 def has_rule(func) -> bool:
-    return func in _SAME or func in _REFUSED
+    return func in _SAME or func in _REFUSED or func in _CONVERTED
 
 
 def checked(func, handler):

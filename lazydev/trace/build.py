@@ -59,8 +59,16 @@ def const(value, dtype: torch.dtype) -> Node:
     elif dtype is torch.bool:
         value = bool(value)
     else:
-        value = int(value)
+        value = _wrapped(int(value), dtype)
     return Node(Op.CONST, dtype, (), (), value)
+
+
+def _wrapped(v: int, dtype: torch.dtype) -> int:
+    """`v` converted to integer `dtype` as C converts it (two's complement): ATen converts a
+    number operand to the tensor's dtype, so uint8 `x > -1` compares with 255."""
+    bits = 8 * dtype.itemsize
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if dtype.is_signed and v >> (bits - 1) else v
 
 
 def as_node(v, dtype: torch.dtype) -> Node:
