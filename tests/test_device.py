@@ -174,6 +174,15 @@ def test_numpy_of_a_wse_tensor_says_what_to_do():
         torch.ones(2, device="wse").numpy()
 
 
+def test_wse_indices_into_a_cpu_tensor_raise_as_cuda_ones_do():
+    """x_cpu[wse_index] returned a wse tensor; CUDA refuses indices on another device than the
+    indexed tensor, unless they are on the CPU (which wse allows too)."""
+    with pytest.raises(RuntimeError, match=r"indices should be either on cpu or on the same "
+                       r"device as the indexed tensor \(cpu\)"):
+        torch.ones(3)[torch.tensor([0, 2], device="wse")]
+    assert torch.arange(3.0, device="wse")[torch.tensor([0, 2])].cpu().tolist() == [0.0, 2.0]
+
+
 def test_numpy_force_copies_as_it_does_from_cuda():
     """numpy(force=True) is .detach().cpu()...numpy(); wse raised TypeError for it."""
     x = torch.arange(3.0, requires_grad=True)

@@ -7,6 +7,8 @@ How an op is handled is decided once per OpOverload (`_choose`) and cached in `_
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch._decomp import decomposition_table
 from torch.utils import _pytree as pytree
@@ -122,8 +124,35 @@ def _choose(func):
                == "TensorType"]
     if written and torch.Tag.inplace_view not in func.tags and func not in _MAY_OVERLAP \
             and not func.name().startswith("aten::_foreach_"):
-        handler = _no_internal_overlap(handler, written)
+        partial = torch.Tag.pointwise in func.tags or func is aten.copy_.default
+        handler = _no_internal_overlap(handler, written, partial)
     return handler
+
+
+def _partly_overlap(a: WseTensor, b: WseTensor) -> bool:
+    """ATen's get_overlap_status(a, b) == Partial for two views of one storage: both dense,
+    their spans overlapping but not the same view. (Views with gaps are 'too hard' for ATen
+    and pass, as here.)"""
+    if a is b:
+        return False
+    sa, ta, oa, _, da = a._lz_meta
+    sb, tb, ob, _, db = b._lz_meta
+    na, nb = math.prod(sa), math.prod(sb)
+    if not na or not nb or da is not db or not (_no_gaps(sa, ta) and _no_gaps(sb, tb)):
+        return False
+    if oa == ob and na == nb:
+        return ta != tb
+    return oa < ob + nb and ob < oa + na
+
+
+def _no_gaps(size, stride) -> bool:
+    """is_non_overlapping_and_dense: some order of the dims is row-major with no gaps."""
+    expect = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st != expect:
+            return False
+        expect *= n
+    return True
 
 
 # In-place ops the CPU lets write to a tensor whose elements share memory (an expanded one):
@@ -137,17 +166,27 @@ _MAY_OVERLAP = frozenset({
     aten.set_.source_Tensor_storage_offset, aten.set_.default})
 
 
-def _no_internal_overlap(handler, positions):
+def _no_internal_overlap(handler, positions, partial: bool):
     """An op that writes a tensor, one element of which stands for several (an expanded
-    one), raises as the CPU's does: the elements would get one of several results."""
+    one), raises as the CPU's does: the elements would get one of several results. So does
+    one (`partial`: a TensorIterator op, as the pointwise ones and copy_) that reads another
+    view of the written memory, which the CPU would read half-written (x.add_(x.t()))."""
     def run(func, args, kwargs):
         for pos in positions:
             t = _arg_at(func, pos, args, kwargs)
-            if type(t) is WseTensor and replay.overlaps_itself(t):
+            if type(t) is not WseTensor:
+                continue
+            if replay.overlaps_itself(t):
                 raise RuntimeError(
                     "unsupported operation: more than one element of the written-to tensor "
                     "refers to a single memory location. Please clone() the tensor before "
                     "performing the operation.")
+            if partial and any(type(a) is WseTensor and a._st is t._st and _partly_overlap(t, a)
+                               for a in args):
+                raise RuntimeError(
+                    "unsupported operation: some elements of the input tensor and the "
+                    "written-to tensor refer to a single memory location. Please clone() the "
+                    "tensor before performing the operation.")
         return handler(func, args, kwargs)
     # for foreach plans, whose element plans refuse such tensors (as dtypes.checked's does)
     run.unchecked = getattr(handler, "unchecked", handler)
@@ -332,6 +371,10 @@ def lowered_op(func, args, kwargs):
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=f"no meta kernel: {e}")
     allow_cpu = func in _CPU_INDEX_OK
+    if allow_cpu and not isinstance(args[0], WseTensor):
+        # CPU indices into a wse tensor are allowed, as with CUDA; not wse indices into a CPU one
+        raise RuntimeError(f"indices should be either on cpu or on the same device as the "
+                           f"indexed tensor ({args[0].device})")
     try:
         if meta.involves_complex(spec):
             raise _ComplexArg
