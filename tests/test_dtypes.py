@@ -191,3 +191,22 @@ def test_fused_multiply_adds_as_the_cpu(dtype):
     for fn in (lambda a, b, w: torch.add(a, b, alpha=0.3), lambda a, b, w: a.sub(b, alpha=1.7),
                lambda a, b, w: torch.lerp(a, b, w), lambda a, b, w: torch.lerp(a, b, 0.7)):
         assert torch.equal(fn(a.to("wse"), b.to("wse"), w.to("wse")).cpu(), fn(a, b, w))
+
+
+def test_sign_of_nan_is_zero():
+    """ATen's sign is (0 < x) - (x < 0), so NaN gives 0; wse gave NaN."""
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = torch.tensor([float("nan"), -2.0, -0.0, 3.0], dtype=dtype)
+        for fn in (torch.sign, torch.sgn):
+            torch.testing.assert_close(fn(x.to("wse")).cpu(), fn(x), atol=0, rtol=0)
+
+
+def test_relu_keeps_negative_zero_and_nan():
+    """ATen's relu is clamp_min(x, 0): -0.0 and NaN pass through (1 / relu(-0.0) is -inf);
+    wse gave +0.0."""
+    x = torch.tensor([-0.0, 0.0, float("nan"), -1.0, 2.0] * 4)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        got, want = torch.relu(x.to(dtype).to("wse")).cpu(), torch.relu(x.to(dtype))
+        number = ~want.isnan()              # (a NaN's sign is the kernel's business)
+        assert torch.equal(got.signbit()[number], want.signbit()[number])
+        torch.testing.assert_close(got, want, atol=0, rtol=0, equal_nan=True)

@@ -114,9 +114,8 @@ def unary(op: Op, dtype, x: str, src_dtype) -> str:
         return f"({one} / ({one} + {e}(-{x})))"
     if op is Op.RECIPROCAL:
         return f"({one} / {x})"
-    if op is Op.RELU:
-        nan = f"{x} != {x} || " if isf else ""
-        return f"(({nan}{x} > {zero}) ? {x} : {zero})"
+    if op is Op.RELU:               # NaN and -0.0 pass through, as ATen's clamp_min(x, 0)
+        return f"(({x} < {zero}) ? {zero} : {x})"
     if op is Op.SIGN:
         if dtype is torch.bool:
             return x
