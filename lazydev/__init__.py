@@ -25,6 +25,7 @@ from .tensor import pool as _pool  # noqa: E402,F401  (registers the pooling han
 from .tensor import conv as _conv  # noqa: E402,F401  (registers the convolution handlers)
 from .tensor import norm as _norm  # noqa: E402,F401  (registers the batch-norm handlers)
 from .tensor import pairwise as _pairwise  # noqa: E402,F401  (_trilinear, cdist, pdist)
+from .tensor import composites as _composites  # noqa: E402,F401  (logsumexp)
 from .tensor import sampling as _sampling  # noqa: E402,F401  (grid_sampler_3d, aa resize)
 from .tensor import distributions as _distributions  # noqa: E402,F401  (multinomial)
 from .tensor import ctc as _ctc  # noqa: E402,F401  (ctc_loss)

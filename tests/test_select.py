@@ -165,11 +165,15 @@ def test_masked_scatter(case):
 
 @pytest.mark.parametrize("n_source", [0, 2])
 def test_masked_scatter_with_too_small_a_source_raises(n_source):
+    """The CPU's RuntimeError and message (wse raised an IndexError of its gather)."""
+    with pytest.raises(RuntimeError) as cpu:
+        torch.zeros(3).masked_scatter(torch.ones(3, dtype=torch.bool), torch.ones(n_source))
     w = torch.zeros(3, device="wse")
     out = w.masked_scatter(torch.ones(3, dtype=torch.bool, device="wse"),
                            torch.ones(n_source, device="wse"))
-    with pytest.raises(IndexError):
+    with pytest.raises(RuntimeError) as wse:
         out.cpu()
+    assert (type(wse.value), str(wse.value)) == (type(cpu.value), str(cpu.value))
     w, empty = torch.zeros(3, device="wse"), torch.ones(0, device="wse")
     # An empty source is fine for an empty mask.
     assert_same(w.masked_scatter(torch.zeros(3, dtype=torch.bool, device="wse"), empty),

@@ -22,6 +22,7 @@ import torch
 
 from .build import as_node, cast, const, contiguous_strides, ew, expand, full
 from .build import broadcast_shape, reduce, reshape, wrap_dim
+from . import checks
 from .ir import Node, Op
 from .lower import _promoted, register, scatter
 
@@ -320,12 +321,15 @@ def _nonzero_static(spec, x, *, size, fill_value=-1):
     return nonzero(x, size, fill_value)
 
 
+_TOO_FEW = checks.message(RuntimeError, "Number of elements of source < number of ones in mask")
+
+
 @register(aten.masked_scatter.default)
 def _masked_scatter(spec, x, mask, source):
     """The k-th set element of the mask takes the k-th element of source (no sync: a GATHER
     at each element's rank among the set ones). The source is read one position further, after
-    a zero, so unset elements read position 0 even of an empty source, and a mask with more set
-    elements than the source has raises an IndexError (the CPU raises a RuntimeError)."""
+    a zero, so unset elements read position 0 even of an empty source; a mask with more set
+    elements than the source has fails the CPU's check."""
     x, mask = expand(cast(x, spec.dtype), spec.shape), expand(mask, spec.shape)
     n = x.numel
     if n == 0:
@@ -333,6 +337,7 @@ def _masked_scatter(spec, x, mask, source):
     flat = reshape(mask, (n,))
     rank = Node(Op.CUMSUM, i64, (n,), (cast(flat, i64),), 0)
     rank = ew(Op.WHERE, i64, (n,), flat, rank, as_node(0, i64))
+    rank = checks.checked(rank, checks.compare(rank, Op.GT, source.numel), rank, _TOO_FEW)
     src = reshape(cast(source, spec.dtype), (source.numel,))
     src = Node(Op.PAD, spec.dtype, (source.numel + 1,), (src, as_node(0, spec.dtype)), ((1, 0),))
     picked = take(src, rank, 0)
