@@ -7,9 +7,9 @@ CPU. (Dtypes the CPU has no kernel for at all, NotImplementedError "... not impl
 'Half'", are left computed: devices differ in those, as CUDA's do; but not float-only math of
 integers, bool arithmetic or bit operations of floats, whose values no device gives.) A call
 that breaks a rule below asks the CPU for its verdict, on zero inputs of the same sizes
-(meta.cpu_error), and raises the CPU's exception, message included. Some mixes are the CPU's to allow (a bfloat16
-input with float32 weights to layer_norm): the rules only say when to ask, and a mix the CPU
-accepted is remembered and not asked again.
+(meta.cpu_error), and raises the CPU's exception, message included. Some mixes are the CPU's
+to allow (a bfloat16 input with float32 weights to layer_norm): the rules only say when to
+ask, and a mix the CPU accepted is remembered and not asked again.
 """
 from __future__ import annotations
 
@@ -117,9 +117,9 @@ for _op in ("bitwise_and", "bitwise_or", "bitwise_xor", "__lshift__", "__rshift_
 _REFUSED[aten.bitwise_not.default] = (("self",), _inexact)
 
 # Op -> (the arguments whose dtype its numbers are converted to, the first given one, and the
-# number arguments). ATen
-# converts these with checked_convert, which raises where a number overflows the dtype
-# (fill_(300) of uint8, clamp(min=1e10) of half); other ops wrap (x + 300) and so does wse.
+# number arguments). ATen converts these with checked_convert, which raises where a number
+# overflows the dtype (fill_(300) of uint8, clamp(min=1e10) of half); other ops wrap (x + 300)
+# and so does wse.
 _CONVERTED = {
     aten.fill.Scalar: (("self",), ("value",)),
     aten.fill_.Scalar: (("self",), ("value",)),

@@ -394,15 +394,17 @@ def from_cpu(cpu: torch.Tensor) -> WseTensor:
     return WseTensor(Storage(cpu.numel(), cpu.dtype, buf=buf), tuple(cpu.shape))
 
 
-# wse storage -> (its version, its buffer, a CPU copy of all of it), for pickling
+# wse storage -> (its version, its buffer, a weak reference to a CPU copy of all of it). The
+# copy lives while a CPU tensor over it does, as torch.save keeps the storages it writes until
+# it ends; so views saved in one torch.save share a copy, and nothing is kept after it.
 _SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @state.recorder
 def _saved(t: WseTensor) -> torch.Tensor:
     """`t` on the CPU as a view, with t's sizes, strides and offset, of a copy of its whole
-    storage, the same copy for every view saved while the storage holds the same value:
-    torch.save writes one storage per CPU storage, so views saved together alias again."""
+    storage, the same copy for every view saved while one is alive and the storage holds the
+    same value: torch.save writes one storage per CPU storage, so the views alias again."""
     st = t._st
     if t._lz_meta[4] is not st.dtype or t._lz_meta[3] != st.numel:
         return to_cpu(t, reason="save")         # complex pairs, a regrown storage: the values
@@ -410,10 +412,12 @@ def _saved(t: WseTensor) -> torch.Tensor:
     if st.buf is None:
         raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
     got = _SAVED.get(st)
-    if got is None or got[0] != st.version or got[1] is not st.buf:
-        got = _SAVED[st] = (st.version, st.buf, sync.download(st.buf, st.dtype, st.numel))
+    copy = got[2]() if got is not None and got[0] == st.version and got[1] is st.buf else None
+    if copy is None:
+        copy = sync.download(st.buf, st.dtype, st.numel).untyped_storage()
+        _SAVED[st] = (st.version, st.buf, weakref.ref(copy))
     size, stride, offset = t._lz_meta[:3]
-    return got[2].as_strided(size, stride, offset)
+    return torch.empty(0, dtype=st.dtype).set_(copy, offset, size, stride)
 
 
 @state.recorder
