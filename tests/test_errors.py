@@ -188,8 +188,11 @@ def test_bad_input_raises_the_cpu_error(name):
                         out=torch.zeros(2, dtype=torch.float64, device=d)),
     lambda d: torch.nn.functional.conv_transpose2d(
         torch.arange(50.0, device=d).view(1, 2, 5, 5), torch.ones(2, 3, 3, 3, device=d),
-        torch.ones(6, device=d), groups=2)],
-    ids=range(10))
+        torch.ones(6, device=d), groups=2),
+    # torch._decomp's addcmul refuses a float value for ints (ValueError); the CPU casts it
+    lambda d: torch.tensor([1, 2], device=d).addcmul(torch.tensor([1, 2], device=d),
+                                                     torch.tensor([3, 4], device=d), value=2.5)],
+    ids=range(11))
 def test_the_same_calls_with_good_input_compute(make):
     """What the CPU allows (a negative exponent tensor: 2 ** -1 == 0) stays allowed."""
     want = make("cpu")

@@ -409,8 +409,12 @@ def decomposed_op(func, args, kwargs):
     except Exception as e:
         if metrics.syncs() != syncs:    # it read values: the error may be theirs, not the call's
             raise
-        # The decomposition's ops (amin and amax for aminmax) or its asserts speak for it.
-        raise meta.users_error(func, args, kwargs, e) from None
+        # The decomposition's ops (amin and amax for aminmax) or its asserts speak for it,
+        # unless the CPU accepts the call (addcmul of ints by value=0.5): then the CPU runs it.
+        error = meta.cpu_error(func, args, kwargs, expand_large=False)
+        if error is not None:
+            raise error from None
+        return fallback_op(func, args, kwargs, why=f"the decomposition refuses it: {e}")
     if out is NotImplemented:       # the decomposition does not cover these arguments
         return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
     return out
