@@ -39,6 +39,16 @@ _SAME = {
         dtype=torch.bfloat16, device=d).signbit(),
     "signbit of float16": lambda d: torch.tensor(
         [-1.0, -0.0, 2.0, -float("inf")] * 5, dtype=torch.float16, device=d).signbit(),
+    # A bool sum is an or: gcc's vectorised bool sum wrapped (256 trues summed to false, 300 to
+    # a non-canonical byte 44 that crashed the process on reading)
+    "sum(dtype=bool) of 300 trues": lambda d: torch.ones(300, dtype=torch.bool,
+                                                         device=d).sum(dtype=torch.bool),
+    "sum(dtype=bool) of 256 uint8 twos": lambda d: torch.full(
+        (2, 256), 2, dtype=torch.uint8, device=d).sum(1, dtype=torch.bool),
+    "sum(dtype=bool) over columns": lambda d: (torch.arange(600, device=d).reshape(300, 2)
+                                               % 3 == 0).sum(0, dtype=torch.bool),
+    "prod(dtype=bool)": lambda d: torch.ones(300, dtype=torch.bool, device=d).prod(
+        dtype=torch.bool),
 }
 
 

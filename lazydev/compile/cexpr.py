@@ -222,6 +222,11 @@ def acc_type(op: Op, dtype) -> str:
     """Accumulator type: float sums accumulate in double, as PyTorch's cascade sum is close to."""
     if op in (Op.SUM, Op.PROD) and dtype in (torch.float32, torch.float16, torch.bfloat16):
         return "double"
+    if dtype is torch.bool and op in (Op.SUM, Op.PROD, Op.SEQSUM):
+        # A bool sum is an or (a product an and); summed as bool under `omp simd`, gcc adds the
+        # bytes and wraps: 256 trues summed to false, 300 to the byte 44, a bool PyTorch then
+        # crashed on reading. The int sum, cast to bool at the store, is the CPU's result.
+        return "int64_t"
     return vtype(dtype)
 
 
