@@ -136,6 +136,19 @@ _CASES = {
     "abs of bool": lambda d: torch.tensor([True, False], device=d).abs(),
     "lerp of long": lambda d: torch.lerp(torch.tensor([1, 2], device=d),
                                          torch.tensor([3, 4], device=d), 0.5),
+    # bool has no order or sums on the CPU (wse computed them)
+    "cumsum(dtype=bool)": lambda d: torch.ones(3, device=d).cumsum(0, dtype=torch.bool),
+    "cumprod(dtype=bool)": lambda d: torch.ones(3, device=d).cumprod(0, dtype=torch.bool),
+    "median of bool over a dim": lambda d: torch.ones(3, dtype=torch.bool, device=d).median(0),
+    "nanmedian of bool": lambda d: torch.ones(3, dtype=torch.bool, device=d).nanmedian(),
+    "searchsorted in bool": lambda d: torch.searchsorted(
+        torch.tensor([False, True], device=d), torch.tensor([True], device=d)),
+    "clamp(min=False) of bool": lambda d: torch.ones(3, dtype=torch.bool, device=d).clamp(
+        min=False),
+    "clamp of bool by bool tensors": lambda d: (lambda b: b.clamp(b, b))(
+        torch.ones(3, dtype=torch.bool, device=d)),
+    "bool ** bool tensor": lambda d: (lambda b: b ** b)(torch.ones(3, dtype=torch.bool,
+                                                                   device=d)),
     # numbers ATen converts with checked_convert: an overflow raises (wse wrapped)
     "int8 fill_(300)": lambda d: torch.zeros(2, dtype=torch.int8, device=d).fill_(300),
     "half clamp(min=1e10)": lambda d: torch.ones(2, dtype=torch.half, device=d).clamp(min=1e10),
@@ -191,8 +204,11 @@ def test_bad_input_raises_the_cpu_error(name):
         torch.ones(6, device=d), groups=2),
     # torch._decomp's addcmul refuses a float value for ints (ValueError); the CPU casts it
     lambda d: torch.tensor([1, 2], device=d).addcmul(torch.tensor([1, 2], device=d),
-                                                     torch.tensor([3, 4], device=d), value=2.5)],
-    ids=range(11))
+                                                     torch.tensor([3, 4], device=d), value=2.5),
+    # bool clamped by ints and raised to a long tensor's power: int64 results the CPU allows
+    lambda d: torch.tensor([True, False], device=d).clamp(0, 1),
+    lambda d: torch.tensor([2, 3], device=d) ** torch.tensor([True, False], device=d)],
+    ids=range(13))
 def test_the_same_calls_with_good_input_compute(make):
     """What the CPU allows (a negative exponent tensor: 2 ** -1 == 0) stays allowed."""
     want = make("cpu")

@@ -115,6 +115,16 @@ for _op in ("abs", "floor", "ceil", "round", "trunc"):
 for _op in ("bitwise_and", "bitwise_or", "bitwise_xor", "__lshift__", "__rshift__"):
     _REFUSED[getattr(aten, _op).Scalar] = (("self",), _inexact)
 _REFUSED[aten.bitwise_not.default] = (("self",), _inexact)
+# Bool has no order or sums either: a bool median, search or running sum raises on the CPU (wse
+# computed one). A `dtype=` argument or a Python bool counts by its dtype: clamp(min=False) of
+# a bool tensor is refused, clamp(0, 1) (an int64 result) is not.
+for _op, _names in (("cumsum", ("dtype",)), ("cumprod", ("dtype",)), ("nanmedian", ("self",)),
+                    ("searchsorted", ("sorted_sequence", "self")),
+                    ("clamp", ("self", "min", "max")), ("pow", ("self", "exponent"))):
+    for _overload in getattr(aten, _op).overloads():
+        if _overload in ("default", "dim", "Tensor", "Tensor_Tensor", "Scalar"):
+            _REFUSED[getattr(getattr(aten, _op), _overload)] = (_names, _is_bool)
+_REFUSED[aten.median.dim] = (("self",), _is_bool)
 
 # Op -> (the arguments whose dtype its numbers are converted to, the first given one, and the
 # number arguments). ATen converts these with checked_convert, which raises where a number
@@ -196,14 +206,29 @@ def check(func, args, kwargs) -> None:
 def _make_check(func):
     # Built once per op: the check runs before every mm and addmm.
     names = [a.name for a in func._schema.arguments]
-    if func in _CONVERTED:
-        return _check_numbers(func, names)
+    if func not in _CONVERTED:
+        return _check_dtypes(func, names)
+    numbers = _check_numbers(func, names)
+    if func not in _SAME and func not in _REFUSED:
+        return numbers
+    dtypes = _check_dtypes(func, names)
+
+    def both(args, kwargs):             # clamp: its number conversions and its dtypes
+        dtypes(args, kwargs)
+        numbers(args, kwargs)
+    return both
+
+
+def _check_dtypes(func, names):
     same = tuple(names.index(n) for n in _SAME.get(func, ()))
     given, refused = _REFUSED.get(func, ((), None))
     checked = tuple(names.index(n) for n in given)
 
     def dtype(p, args, kwargs):
-        return getattr(args[p] if p < len(args) else kwargs.get(names[p]), "dtype", None)
+        v = args[p] if p < len(args) else kwargs.get(names[p])
+        if isinstance(v, (bool, torch.dtype)):
+            return torch.bool if v is True or v is False else v
+        return getattr(v, "dtype", None)
 
     def breaks(args, kwargs) -> bool:
         for p in checked:
