@@ -215,3 +215,50 @@ def test_randint_like_draws_what_the_cpu_draws():
     actual = torch.randint_like(torch.empty(4, 5).to("wse"), 2, 9)
     assert_same(actual, expected)
     assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def _into(make, *outs):
+    """make(d, outs) on both devices with out= tensors `outs` (shape, dtype): what it returns
+    and what the out= tensors hold afterwards."""
+    results = {}
+    for d in ("cpu", "wse"):
+        held = [torch.full(shape, 7, dtype=dtype, device=d) for shape, dtype in outs]
+        returned = make(d, *held)
+        results[d] = (returned, held)
+    return results
+
+
+@pytest.mark.parametrize("case", ["max", "sort", "aminmax", "min, other sizes"])
+def test_ops_writing_a_tuple_of_out_tensors(case):
+    """torch.max(x, 0, out=(v, i)): wse failed ('WseTensor is not an instance of sequence')."""
+    x = lambda d: torch.tensor([[0.6, 1.7, 3.0], [2.5, -0.5, 3.0]], device=d)  # noqa: E731
+    make, outs = {
+        "max": (lambda d, v, i: torch.max(x(d), 0, out=(v, i)),
+                [((3,), torch.float32), ((3,), torch.int64)]),
+        "sort": (lambda d, v, i: torch.sort(x(d), 1, out=(v, i)),
+                 [((2, 3), torch.float32), ((2, 3), torch.int64)]),
+        "aminmax": (lambda d, lo, hi: torch.aminmax(x(d), dim=1, out=(lo, hi)),
+                    [((2,), torch.float32), ((2,), torch.float32)]),
+        "min, other sizes": (lambda d, v, i: torch.min(x(d), 1, keepdim=True, out=(v, i)),
+                             [((0,), torch.float32), ((5,), torch.int64)]),
+    }[case]
+    lazydev.metrics.reset()
+    results = _into(make, *outs)
+    if case != "min, other sizes":      # out= tensors to resize run on the CPU
+        assert lazydev.metrics.counters()["fallbacks"] == {}
+    (cpu_ret, cpu_outs), (wse_ret, wse_outs) = results["cpu"], results["wse"]
+    assert type(wse_ret) is type(cpu_ret) and len(wse_ret) == len(cpu_ret)
+    for w, c, held in zip(wse_ret, cpu_ret, wse_outs):
+        assert w is held                          # the out= tensors themselves are returned
+        assert_same(w, c)
+    for w, c in zip(wse_outs, cpu_outs):
+        assert_same(w, c)
+
+
+@pytest.mark.parametrize("op", [torch.sum, torch.prod, torch.cumsum, torch.cumprod])
+def test_sums_into_integer_out_tensors_cast_the_input_first(op):
+    """ATen sums a float tensor into a long out= tensor in long: [0.6, 2.5] sums to 0 + 2."""
+    shape = (2,) if op in (torch.sum, torch.prod) else (2, 2)
+    results = _into(lambda d, o: op(torch.tensor([[0.6, 1.7], [2.5, -0.5]], device=d), 0, out=o),
+                    (shape, torch.int64))
+    assert_same(results["wse"][1][0], results["cpu"][1][0])

@@ -268,7 +268,7 @@ def _choose_handler(func):
         return view_op
     schema = func._schema
     if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
-        if any(a.kwarg_only and a.name.startswith("out") for a in schema.arguments):
+        if _out_names(func):       # out=, or max's (max=, max_values=) from out=(v, i)
             return out_op if out_functional(func) is not None else fallback_op
         if functional_variant(func) is not None:
             return inplace_op
@@ -538,8 +538,11 @@ def out_op(func, args, kwargs):
     another shape (which PyTorch would resize) goes to the CPU path instead."""
     names = _out_names(func)
     outs = [kwargs.get(n) for n in names]
-    result = dispatch(out_functional(func), args, {k: v for k, v in kwargs.items()
-                                                   if k not in names})
+    kwargs_in = {k: v for k, v in kwargs.items() if k not in names}
+    if func in _OUT_DTYPE_SUMS and kwargs_in.get("dtype") is None \
+            and isinstance(outs[0], torch.Tensor):
+        kwargs_in["dtype"] = outs[0].dtype      # ATen sums in the out= tensor's dtype
+    result = dispatch(out_functional(func), args, kwargs_in)
     results = result if isinstance(result, (list, tuple)) else (result,)
     if len(results) != len(outs) or any(
             not isinstance(o, WseTensor) or not isinstance(r, WseTensor)
@@ -552,6 +555,12 @@ def out_op(func, args, kwargs):
     for o, r in zip(outs, results):
         _write_back(o, r)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# Sums and products whose out= kernel casts the input to the out= tensor's dtype when no dtype=
+# is given: sum of [0.6, 2.5] into a long tensor is 0 + 2 (wse summed 3.1, then truncated).
+_OUT_DTYPE_SUMS = frozenset({aten.sum.IntList_out, aten.sum.out, aten.prod.int_out,
+                             aten.prod.out, aten.cumsum.out, aten.cumprod.out})
 
 
 def _arg_types(func) -> list:
@@ -688,8 +697,10 @@ def fallback_op(func, args, kwargs, why="no lowering"):
     positions = _mutated_positions(func)
     for pos in positions:
         _copy_back(_arg_at(func, pos, args, kwargs), _arg_at(func, pos, cpu_args, cpu_kwargs))
-    if positions and func._schema.returns and func._schema.returns[0].alias_info is not None:
-        return _arg_at(func, positions[0], args, kwargs)
+    returns = func._schema.returns
+    if positions and returns and returns[0].alias_info is not None:
+        written = [_arg_at(func, pos, args, kwargs) for pos in positions[:len(returns)]]
+        return written[0] if len(returns) == 1 else tuple(written)
     return _upload_out(out)
 
 
