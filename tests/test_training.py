@@ -150,6 +150,46 @@ def test_out_of_range_embedding_raises_index_error_not_a_crash():
     torch.testing.assert_close(good.cpu(), weight[[3, 1]])
 
 
+def _embedding_step(model, opt, idx):
+    opt.zero_grad()
+    model(idx).square().sum().backward()
+    opt.step()
+
+
+def test_a_first_step_that_fails_on_the_device_can_be_recovered_from():
+    """The first step's device error (an index out of range) is found at mark_step, after Adam
+    made its state in that step: the parameters go back to their values, and the state, which
+    had none before, says how to recover. Overwriting it or deleting it then trains as the CPU
+    does from the same start (Adam's step count is a CPU tensor: deleting restarts it)."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
+    wse = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
+    wse.load_state_dict(cpu.state_dict())
+    wse.to("wse")
+    opts = [torch.optim.Adam(m.parameters(), lr=0.1) for m in (cpu, wse)]
+    _embedding_step(wse, opts[1], torch.tensor([1, 11], device="wse"))
+    lazydev.mark_step()
+    with pytest.raises(IndexError, match="index out of range in self"):
+        lazydev.wait()
+    for p, q in zip(wse.parameters(), cpu.parameters()):
+        assert_same(p, q)                                   # rolled back
+    state = opts[1].state[next(wse.parameters())]
+    with pytest.raises(RuntimeError, match=r"del optimizer.state\[param\]"):
+        state["exp_avg"].cpu()
+    state["exp_avg"].zero_()                                # a full write brings it back
+    state["exp_avg_sq"].fill_(0)
+    assert_same(state["exp_avg"] + 1, torch.ones(10, 4))
+    state["step"].zero_()
+    for p in list(wse.parameters())[1:]:
+        del opts[1].state[p]
+    for step in range(2):
+        for m, o, d in ((cpu, opts[0], "cpu"), (wse, opts[1], "wse")):
+            _embedding_step(m, o, torch.tensor([1, 2 + step], device=d))
+        lazydev.mark_step()
+        for p, q in zip(wse.parameters(), cpu.parameters()):
+            torch.testing.assert_close(p.cpu(), q)
+
+
 def test_negative_embedding_index_of_two_dims_raises_as_on_the_cpu():
     """A 2-d index becomes weight[indices], which wraps -1 to the last row; the CPU raises."""
     w = torch.arange(6.0).view(3, 2)

@@ -120,6 +120,8 @@ def _choose(func):
         handler = _strided_only(handler)
     if "device" in names:
         handler = _one_device(handler, func)
+    if func in _OVERWRITES:
+        handler = _revives_lost(handler)
     written = [i for i in _mutated_positions(func) if func._schema.arguments[i].type.kind()
                == "TensorType"]
     if written and torch.Tag.inplace_view not in func.tags and func not in _MAY_OVERLAP \
@@ -127,6 +129,24 @@ def _choose(func):
         partial = torch.Tag.pointwise in func.tags or func is aten.copy_.default
         handler = _no_internal_overlap(handler, written, partial)
     return handler
+
+
+# In-place ops that write every element without reading one: they may overwrite a tensor whose
+# value was lost (made in a step that failed), as copy_ may.
+_OVERWRITES = frozenset(
+    {aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default, aten.uniform_.default,
+     aten.normal_.default, aten.random_.default, getattr(aten.random_, "from"), aten.random_.to,
+     aten.bernoulli_.float, aten.bernoulli_.Tensor, aten.exponential_.default,
+     aten.geometric_.default, aten.cauchy_.default, aten.log_normal_.default})
+
+
+def _revives_lost(handler):
+    def run(func, args, kwargs):
+        t = args[0] if args else kwargs.get("self")
+        if isinstance(t, WseTensor) and t._lz_full and t._st.lost() and t.dtype is t._st.dtype:
+            write(t, build.full(0, t.dtype, tuple(t.shape)))     # a value for the op to replace
+        return handler(func, args, kwargs)
+    return run
 
 
 def _partly_overlap(a: WseTensor, b: WseTensor) -> bool:

@@ -410,7 +410,7 @@ def _saved(t: WseTensor) -> torch.Tensor:
         return to_cpu(t, reason="save")         # complex pairs, a regrown storage: the values
     sync.sync("save", needed=st.node is not None or st.buf is None)
     if st.buf is None:
-        raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
+        _no_value(st)
     got = _SAVED.get(st)
     copy = got[2]() if got is not None and got[0] == st.version and got[1] is st.buf else None
     if copy is None:
@@ -420,13 +420,19 @@ def _saved(t: WseTensor) -> torch.Tensor:
     return torch.empty(0, dtype=st.dtype).set_(copy, offset, size, stride)
 
 
+def _no_value(st) -> None:
+    if st.error is not None:
+        raise state.lost(st.error)
+    raise RuntimeError("wse tensor has no value: it was never written")
+
+
 @state.recorder
 def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     """Materialise `t` (a sync if it is pending) and copy it to a new contiguous CPU tensor."""
     st = t._st
     sync.sync(reason, needed=st.node is not None or st.buf is None)
     if st.buf is None:
-        raise RuntimeError(f"wse tensor has no value: {st.error or 'it was never written'}")
+        _no_value(st)
     size, stride, offset, _, dtype = t._lz_meta
     if not t._lz_full and dtype is st.dtype and t._lz_meta[3] == st.numel:
         # A view reads only the span it covers: one element of a 4M-element result must not

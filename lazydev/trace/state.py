@@ -127,6 +127,16 @@ class ValueLost(RuntimeError):
     pass
 
 
+def lost(error: str) -> ValueLost:
+    """The error for reading a value its failed step never computed (a failed run rolls back
+    every storage that had a value before it, sync._raise_failures; one made in it has none)."""
+    return ValueLost(
+        f"this wse tensor has no value: the step that computed it failed ({error}), and it was "
+        "made in that step, so there is no earlier value to go back to. Write all of it "
+        "(t.zero_(), t.copy_(src)) or make it again; for an optimizer's state made in that "
+        "step, del optimizer.state[param]")
+
+
 class Storage:
     """The shared value behind a tensor and its views (Note [Storage and value semantics])."""
 
@@ -216,9 +226,13 @@ class Storage:
         node = self.node
         if node is not None:
             return node if node.shape == shape else reshape(node, shape)
-        if self.error is not None:
-            raise ValueLost(f"this wse tensor's value was lost when its graph failed: {self.error}")
+        if self.buf is None and self.error is not None:
+            raise lost(self.error)
         return self.data_node(shape)
+
+    def lost(self) -> bool:
+        """Whether the storage has no value because the step computing it failed."""
+        return self.node is None and self.buf is None and self.error is not None
 
     def data_node(self, shape: tuple) -> Node:
         tr = _current
