@@ -41,6 +41,9 @@ BAD = {
     "index_add_": lambda d: _w(d).index_add_(0, _i(d, 3), _ones(d)),
     "index_copy": lambda d: _w(d).index_copy(0, _i(d, -1), _ones(d)),
     "index_select": lambda d: _w(d).index_select(0, _i(d, -1)),
+    # along dim 1 the CPU's kernel has its own error (wse raised dim 0's IndexError)
+    "index_select_dim1": lambda d: _w(d).index_select(1, _i(d, 5)),
+    "index_select_dim1_negative": lambda d: _w(d).index_select(-1, _i(d, -1)),
     "index_reduce": lambda d: _w(d).index_reduce(0, _i(d, -1), _ones(d), "prod"),
     "index_fill": lambda d: _w(d).index_fill(0, _i(d, -4), 2.0),
     "take": lambda d: _w(d).take(_i(d, 12)),

@@ -49,7 +49,27 @@ _SAME = {
                                                % 3 == 0).sum(0, dtype=torch.bool),
     "prod(dtype=bool)": lambda d: torch.ones(300, dtype=torch.bool, device=d).prod(
         dtype=torch.bool),
+    # ATen takes a float32 power with the exponent in double (wse rounded 3.0000001 to 3.0:
+    # (-2) ** 3.0000001 gave -8, not NaN), and ±0.5 as sqrt and rsqrt (-0.0 ** 0.5 is -0.0)
+    "float32 ** 3.0000001": lambda d: _specials(d) ** 3.0000001,
+    "float32 ** 0.5": lambda d: _specials(d) ** 0.5,
+    "float32 ** -0.5": lambda d: _specials(d) ** -0.5,
+    "bfloat16 ** 0.5": lambda d: _specials(d).bfloat16() ** 0.5,
+    "float16 ** 0.5 (a power)": lambda d: _specials(d).half() ** 0.5,
+    "float64 ** -0.5": lambda d: _specials(d).double() ** -0.5,
+    # torch._decomp's bucketize gave zeros of the input's dtype for no boundaries
+    "bucketize into no boundaries": lambda d: torch.bucketize(torch.tensor([1.0, 2.0], device=d),
+                                                              torch.tensor([], device=d)),
+    # the median of nothing is NaN, converted as x86 converts it (wse raised ValueError)
+    "median of no int64": lambda d: torch.tensor([], dtype=torch.long, device=d).median(),
+    "median of no int32": lambda d: torch.tensor([], dtype=torch.int32, device=d).median(),
+    "nanmedian of no int8": lambda d: torch.tensor([], dtype=torch.int8, device=d).nanmedian(),
 }
+
+
+def _specials(d):
+    return torch.tensor([2.0, 100.0, 1.5, -2.0, 0.0, -0.0, -float("inf"), float("inf"),
+                         float("nan")], device=d)
 
 
 @pytest.mark.parametrize("case", list(_SAME))

@@ -149,6 +149,16 @@ _CASES = {
         torch.ones(3, dtype=torch.bool, device=d)),
     "bool ** bool tensor": lambda d: (lambda b: b ** b)(torch.ones(3, dtype=torch.bool,
                                                                    device=d)),
+    "searchsorted in a 0-d tensor": lambda d: torch.searchsorted(torch.tensor(1.0, device=d),
+                                                               torch.tensor([1.0], device=d)),
+    "searchsorted of a number in a 0-d tensor": lambda d: torch.searchsorted(
+        torch.tensor(1.0, device=d), 1.0),
+    "bucketize by 2-d boundaries": lambda d: torch.bucketize(torch.tensor([1.0], device=d),
+                                                             torch.ones(1, 2, device=d)),
+    "index_add of a 0-d source": lambda d: torch.zeros(3, device=d).index_add(
+        0, torch.tensor([1], device=d), torch.tensor(2.0, device=d)),
+    "index_add of a 1-d source into 2-d": lambda d: torch.zeros(2, 3, device=d).index_add(
+        0, torch.tensor([1], device=d), torch.ones(3, device=d)),
     # numbers ATen converts with checked_convert: an overflow raises (wse wrapped)
     "int8 fill_(300)": lambda d: torch.zeros(2, dtype=torch.int8, device=d).fill_(300),
     "half clamp(min=1e10)": lambda d: torch.ones(2, dtype=torch.half, device=d).clamp(min=1e10),
@@ -161,6 +171,12 @@ _CASES = {
     "uint8 masked_fill_ 256": lambda d: torch.zeros(2, dtype=torch.uint8, device=d).masked_fill_(
         torch.tensor([True, False], device=d), 256),
     "float fill_(1e300)": lambda d: torch.zeros(2, device=d).fill_(1e300),
+    "long scatter of inf": lambda d: torch.zeros(3, dtype=torch.long, device=d).scatter(
+        0, torch.tensor([1], device=d), float("inf")),
+    "uint8 index_fill_ 300": lambda d: torch.zeros(3, dtype=torch.uint8, device=d).index_fill_(
+        0, torch.tensor([1], device=d), 300),
+    "half ** 70000": lambda d: torch.ones(2, dtype=torch.half, device=d) ** 70000,
+    "uint8 ** 300": lambda d: torch.ones(2, dtype=torch.uint8, device=d) ** 300,
     # an in-place op reading another view of the memory it writes (the CPU would read it
     # half-written; wse computed as if the input were cloned)
     "x.add_(x.t())": lambda d: (lambda x: x.add_(x.t()))(torch.ones(2, 2, device=d)),

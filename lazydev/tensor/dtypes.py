@@ -142,6 +142,12 @@ _CONVERTED = {
     aten.full.default: (("dtype",), ("fill_value",)),
     aten.full_like.default: (("dtype", "self"), ("fill_value",)),
     aten.new_full.default: (("dtype", "self"), ("fill_value",)),
+    aten.scatter.value: (("self",), ("value",)),
+    aten.scatter_.value: (("self",), ("value",)),
+    aten.index_fill.int_Scalar: (("self",), ("value",)),
+    aten.index_fill_.int_Scalar: (("self",), ("value",)),
+    aten.pow.Tensor_Scalar: (("self",), ("exponent",)),
+    aten.pow_.Scalar: (("self",), ("exponent",)),
 }
 _C_TYPES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
             torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
@@ -189,7 +195,8 @@ def _check_numbers(func, names):
     return check
 
 
-_PROMOTES = frozenset({aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default})
+_PROMOTES = frozenset({aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default,
+                       aten.pow.Tensor_Scalar, aten.pow_.Scalar})
 
 _accepted: set = set()      # (op, dtypes) the CPU accepted
 _checks: dict = {}          # op -> its check(args, kwargs)

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ..trace import checks
+from ..trace import checks, meta
 from ..trace.build import const, ew
 from ..trace.ir import Op
 from .wse_tensor import WseTensor, from_node, value
@@ -74,11 +74,17 @@ def _index_add(args, kwargs):
     """index_add: the index's range, and (the CPU's check, not the meta kernel's) a source of
     self's rank: a row of source was added to every indexed row, broadcast."""
     x, source = args[0], args[3]
-    if isinstance(source, torch.Tensor) and source.dim() and source.dim() != x.dim():
-        raise RuntimeError("source tensor shape must match self tensor shape, excluding the "
-                           f"specified dimension. Got self.shape = {list(x.shape)} "
-                           f"source.shape = {list(source.shape)}")
+    if isinstance(source, torch.Tensor) and source.dim() != x.dim():
+        error = meta.cpu_error(aten.index_add.default, args, kwargs, expand_large=False)
+        if error is not None:
+            raise error
     return _INDEX_ADD(args, kwargs)
+
+
+def _index_select(args, kwargs):
+    """index_select: the CPU's kernel along dim 1 has its own message."""
+    x = args[0]
+    return (_SELECT_DIM1 if x.dim() > 1 and args[1] % x.dim() == 1 else _SELECT)(args, kwargs)
 
 
 def _flat(args, kwargs):
@@ -148,6 +154,9 @@ _BOUNDS = "index {{value}} is out of bounds for dimension {dim} with size {size}
 _SELF = "index out of range in self"
 _TARGET = "Target {value} is out of bounds."
 _INDEX_ADD = _along_dim(RuntimeError, _BOUNDS)
+_SELECT = _along_dim(IndexError, _SELF)
+_SELECT_DIM1 = _along_dim(RuntimeError, "INDICES element is out of DATA bounds, id={{value}} "
+                          "axis_dim={size}")
 _WEIGHT = "weight tensor should be defined either for all or no classes"
 _WEIGHT_OF_C = ("weight tensor should be defined either for all {classes} classes or no classes "
                 "but got weight tensor of shape: {shape}")
@@ -158,7 +167,7 @@ RULES: dict = {
                   aten.scatter.value_reduce, aten.scatter_add.default, aten.scatter_reduce.two)},
     aten.index_add.default: _index_add,
     aten.index_copy.default: _along_dim(IndexError, "index_copy_(): " + _BOUNDS),
-    aten.index_select.default: _along_dim(IndexError, _SELF),
+    aten.index_select.default: _index_select,
     aten.index_reduce.default: _along_dim(IndexError, _SELF),
     aten.index_fill.int_Scalar: _along_dim(IndexError, _BOUNDS, wraps=True),
     aten.index_fill.int_Tensor: _along_dim(IndexError, _BOUNDS, wraps=True),

@@ -137,10 +137,22 @@ def _pow(spec, a, b):
     if type(b) is int and b < 0 and isinstance(a, Node) and not (
             spec.dtype.is_floating_point or spec.dtype.is_complex):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
-    if isinstance(b, int) and not isinstance(b, bool) and spec.dtype.is_floating_point:
+    dt = spec.dtype
+    if isinstance(b, int) and not isinstance(b, bool) and dt.is_floating_point:
         # An integer exponent is structure (x*x for 2), not a runtime value.
-        return ew(Op.POW, spec.dtype, spec.shape, as_node(a, spec.dtype), const(b, torch.int64))
-    return ew(Op.POW, spec.dtype, spec.shape, as_node(a, spec.dtype), as_node(b, spec.dtype))
+        return ew(Op.POW, dt, spec.shape, as_node(a, dt), const(b, torch.int64))
+    if type(b) is float and isinstance(a, Node) and dt in _SQRT_POW and b in (0.5, -0.5):
+        # ATen's kernel takes sqrt and rsqrt for these: sqrt(-0.0) is -0.0, pow's +0.0
+        return ew(Op.SQRT if b == 0.5 else Op.RSQRT, dt, spec.shape, as_node(a, dt))
+    if type(b) is float and dt is torch.float32:
+        # ATen takes a float32 tensor's power with the exponent as given, in double:
+        # (-2.0) ** 3.0000001 is NaN, not (-2.0) ** 3.0
+        wide = torch.float64
+        return cast(ew(Op.POW, wide, spec.shape, as_node(a, wide), as_node(b, wide)), dt)
+    return ew(Op.POW, dt, spec.shape, as_node(a, dt), as_node(b, dt))
+
+
+_SQRT_POW = frozenset({torch.float32, torch.float64, torch.bfloat16})     # not half
 
 
 def _make_add(op: Op):

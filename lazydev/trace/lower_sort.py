@@ -142,8 +142,11 @@ def _median_dim(ignore_nan: bool):
 
 def _median_all(ignore_nan: bool):
     def lower(spec, x):
-        if x.numel == 0:
-            return full(float("nan"), spec.dtype, ())
+        if x.numel == 0:            # NaN, converted as x86 converts it for an integer dtype
+            dt = spec.dtype
+            wide = dt in (torch.int32, torch.int64)
+            nan = float("nan") if dt.is_floating_point else torch.iinfo(dt).min if wide else 0
+            return full(nan, dt, ())
         flat = reshape(x, (x.numel,))
         return reshape(take(flat, _median_index(flat, 0, ignore_nan), 0), ())
     return lower
@@ -190,6 +193,12 @@ def _mode(spec, x, dim=-1, keepdim=False):
 
 @register(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def _searchsorted(spec, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    if not seq.shape:       # the CPU's checks (wse failed with an IndexError)
+        raise RuntimeError(
+            "torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
+            "dimension" if isinstance(values, Node) else "torch.searchsorted(): input value can "
+            "be a scalar only when boundaries tensor dimension is 1, but we got boundaries tensor "
+            "dim(0) and input value's dim(0) numel(1)")
     right = bool(right) or side == "right"
     dt = _promoted(seq, values)
     seq, values = cast(seq, dt), as_node(values, dt)
@@ -199,6 +208,16 @@ def _searchsorted(spec, seq, values, *, out_int32=False, right=False, side=None,
         return full(0, spec.dtype, spec.shape)
     out = Node(Op.SEARCHSORTED, i64, values.shape, (seq, values), right)
     return cast(out, spec.dtype)
+
+
+@register(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def _bucketize(spec, values, boundaries, *, out_int32=False, right=False):
+    # torch._decomp's bucketize returns zeros of the input's dtype for no boundaries (a float
+    # tensor where the CPU gives int64)
+    if len(boundaries.shape) != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim("
+                           f"{len(boundaries.shape)})")
+    return _searchsorted(spec, boundaries, values, out_int32=out_int32, right=right)
 
 
 def _cumext(is_max: bool):
