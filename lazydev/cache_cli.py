@@ -13,7 +13,8 @@ from .config import config
 
 def add_arguments(parser) -> None:
     parser.add_argument("action", choices=["ls", "show", "clear", "stats"])
-    parser.add_argument("key", nargs="?", help="entry key (a unique prefix is enough) for show")
+    parser.add_argument("key", nargs="?", help="entry key (a unique prefix is enough) for show; "
+                        "for clear, the entries whose keys start with it (default: all)")
 
 
 def _when(ts) -> str:
@@ -67,6 +68,9 @@ def main(args) -> int:
         return _show(console, args.key)
     if args.action == "stats":
         return _stats(console)
-    n = cache.clear()
+    if args.key == "":
+        console.print("[red]an empty key would match every entry[/]: leave it out to clear all")
+        return 1
+    n = cache.clear(args.key)
     console.print(f"removed {n} entries from {config.cache_dir}")
-    return 0
+    return 0 if n or args.key is None else 1

@@ -14,6 +14,8 @@
 | async_exec       | LAZYDEV_ASYNC            | True: mark_step returns once the program is queued (False: once it ran) |
 | max_queued_steps |                          | 2: past it, mark_step waits for the oldest queued program |
 | buckets          |                          | (8, 16, 32, 64, 128, 256): sizes for lazydev.pad_to_bucket |
+
+Switches read from the environment take 1/0, true/false, yes/no or on/off; other values raise.
 """
 from __future__ import annotations
 
@@ -69,14 +71,14 @@ class Config:
                                       "LAZYDEV_LOG={!r}"))
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         self.cache_dir = os.environ.get("LAZYDEV_CACHE_DIR") or os.path.join(base, "lazydev")
-        self.disk_cache = os.environ.get("LAZYDEV_CACHE", "1") != "0"
+        self.disk_cache = _env_bool("LAZYDEV_CACHE", True)
         self.cache_max_bytes = _env_int("LAZYDEV_CACHE_MAX_BYTES", "cache_max_bytes", 1 << 30)
-        self.strict_syncs = os.environ.get("LAZYDEV_STRICT_SYNCS", "0") == "1"
+        self.strict_syncs = _env_bool("LAZYDEV_STRICT_SYNCS", False)
         self.recompile_warn = 8
         self.recompile_limit = None
         self.trace_warn_ops = 200_000
         self.trace_max_ops = 2_000_000
-        self.async_exec = os.environ.get("LAZYDEV_ASYNC", "1") != "0"
+        self.async_exec = _env_bool("LAZYDEV_ASYNC", True)
         self.max_queued_steps = 2
         self.buckets = (8, 16, 32, 64, 128, 256)
 
@@ -109,6 +111,20 @@ def _env_int(var: str, name: str, default: int) -> int:
     except ValueError:
         value = text                # refused below, shown as the user wrote it
     return _checked(name, value, var + "={!r}")
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _env_bool(var: str, default: bool) -> bool:
+    """A switch from the environment: 1/true/yes/on or 0/false/no/off (LAZYDEV_CACHE=no was
+    read as "not 0", and left the cache on)."""
+    text = os.environ.get(var)
+    if text is None or not text.strip():
+        return default
+    if text.strip().lower() in _TRUE + _FALSE:
+        return text.strip().lower() in _TRUE
+    raise ValueError(f"{var}={text!r}: takes 1 or 0 (also true/false, yes/no, on/off)")
 
 
 def _channels(value) -> set:

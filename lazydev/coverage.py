@@ -642,16 +642,32 @@ def print_report(results, console, show_all: bool = False) -> None:
         f"[red]fail {s['fail']}[/], [magenta]skipped {s['skip']}[/]")
 
 
+def _number(kind, low, inclusive: bool = True):
+    """An argparse type: a `kind` number at least (or above) `low`."""
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or v != v or v < low or (v == low and not inclusive):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an int' if kind is int else 'a number'} "
+                f"{'of at least' if inclusive else 'above'} {low}")
+        return v
+    return parse
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", help="comma-separated entry ids or op names (default: all)")
-    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
+    p.add_argument("--samples", type=_number(int, 1), default=DEFAULT_SAMPLES,
                    help=f"samples per entry (default {DEFAULT_SAMPLES})")
     p.add_argument("--full", action="store_true", help="every sample of every entry")
     p.add_argument("--no-backward", action="store_true", help="forward only")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout)")
-    p.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+    p.add_argument("--jobs", type=_number(int, 0), default=min(4, os.cpu_count() or 1),
                    help="worker processes (0: run in this process)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per entry")
+    p.add_argument("--timeout", type=_number(float, 0, inclusive=False), default=DEFAULT_TIMEOUT,
+                   help="seconds per entry")
     p.add_argument("--all", action="store_true", help="list native entries in the table too")
 
 
@@ -659,7 +675,12 @@ def run(args) -> int:
     from rich.console import Console
     console = Console(stderr=args.json == "-")
     import lazydev  # noqa: F401
-    ops = select(entries(), args.ops.split(",") if args.ops else None)
+    names = [n for n in args.ops.split(",") if n] if args.ops else None
+    ops = select(entries(), names)
+    problem = _bad_arguments(args, names, ops)
+    if problem:
+        console.print(f"[red]{problem}[/]")
+        return 2
     samples = None if args.full else args.samples
     backward = not args.no_backward
     done = [0]
@@ -676,6 +697,22 @@ def run(args) -> int:
     print_report(results, console, args.all)
     _write_json(results, args)
     return 0 if all(r.status != "fail" for r in results) else 1
+
+
+def _bad_arguments(args, names, ops) -> str | None:
+    """What is wrong with the arguments, found before any entry runs (an unknown op name was
+    skipped without a word, and a --json path that cannot be written failed after the run)."""
+    if names is not None:
+        known = {entry_id(op) for op in ops} | {op.name for op in ops}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            return (f"--ops: no OpInfo entry is named {', '.join(map(repr, unknown))} (entry ids "
+                    "look like 'add' or 'nn.functional.gelu'; names as in OpInfo's op_db)")
+    if args.json and args.json != "-":
+        where = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(where) or not os.access(where, os.W_OK):
+            return f"--json: cannot write {args.json!r} (no writable directory {where!r})"
+    return None
 
 
 def _write_json(results, args) -> None:

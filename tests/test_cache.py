@@ -221,6 +221,24 @@ def test_cache_cli_and_debug_dump(tmp_path, fresh_cache):
     assert ls.returncode == 0 and "1 entries" in ls.stdout
 
 
+def test_cache_clear_with_a_key_removes_that_entry_only(fresh_cache):
+    """`cache clear KEY` removed every entry (the key was ignored)."""
+    _square_sum(6)
+    _square_sum(7)
+    keys = sorted(e["key"] for e in cache.entries())
+    assert len(keys) == 2
+    env = dict(os.environ, LAZYDEV_CACHE_DIR=lazydev.config.cache_dir)
+
+    def clear(*key):
+        return subprocess.run([sys.executable, "-m", "lazydev", "cache", "clear", *key], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert clear("no-such-key").returncode == 1
+    done = clear(keys[0][:12])
+    assert done.returncode == 0 and "removed 1 entries" in done.stdout
+    assert [e["key"] for e in cache.entries()] == keys[1:]
+    assert clear().returncode == 0 and cache.entries() == []
+
+
 def test_padding_to_buckets_bounds_recompiles_and_keeps_the_loss(fresh_cache):
     torch.manual_seed(0)
     w = torch.randn(8, 3)
@@ -271,3 +289,18 @@ def test_a_bad_config_environment_variable_is_named(monkeypatch):
     monkeypatch.setenv("LAZYDEV_CACHE_MAX_BYTES", "4096")
     monkeypatch.setenv("LAZYDEV_LOG", "cache,trace")
     assert Config().cache_max_bytes == 4096 and Config().log == {"cache", "trace"}
+
+
+@pytest.mark.parametrize("var,name", [("LAZYDEV_CACHE", "disk_cache"),
+                                      ("LAZYDEV_ASYNC", "async_exec"),
+                                      ("LAZYDEV_STRICT_SYNCS", "strict_syncs")])
+def test_switches_from_the_environment_read_words_and_refuse_others(monkeypatch, var, name):
+    """LAZYDEV_CACHE=no left the disk cache on (anything but "0" was on)."""
+    from lazydev.config import Config
+    for text, want in (("no", False), ("0", False), ("off", False), ("False", False),
+                       ("yes", True), ("1", True), ("on", True), ("TRUE", True)):
+        monkeypatch.setenv(var, text)
+        assert getattr(Config(), name) is want, text
+    monkeypatch.setenv(var, "maybe")
+    with pytest.raises(ValueError, match=f"^{var}='maybe': takes 1 or 0"):
+        Config()

@@ -104,3 +104,22 @@ def test_float64_arbiter_judges_gradients():
     assert check(10 * atol) == []             # the CPU's own gradient: no judgement needed
     with pytest.raises(coverage.Mismatch):
         check(-30 * atol)
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--samples", "0"], "--samples: '0' is not an int of at least 1"),
+    (["--timeout", "-1"], "--timeout: '-1' is not a number above 0"),
+    (["--jobs", "-2"], "--jobs: '-2' is not an int of at least 0"),
+    (["--ops", "add,no_such_op"], "no OpInfo entry is named 'no_such_op'"),
+    (["--ops", "add", "--json", "/no/such/dir/out.json"], "--json: cannot write"),
+])
+def test_the_coverage_command_refuses_bad_arguments_before_running(argv, says, capsys):
+    """Unknown --ops names were skipped without a word, --samples 0 ran nothing and passed, and
+    an unwritable --json path failed after the whole run."""
+    try:
+        status = coverage.main(argv)
+    except SystemExit as e:             # argparse's own refusal
+        status = e.code
+    out = capsys.readouterr()
+    assert status == 2
+    assert says in " ".join((out.out + out.err).split())

@@ -210,12 +210,16 @@ def _evict(cap: int) -> tuple[int, int]:
     removed = 0
     while items and total > cap:
         path, size, _ = items.pop(0)
-        for p in (path, path[:-3] + ".json"):
-            if os.path.exists(p):
-                os.unlink(p)
+        _remove(path)
         total -= size
         removed += 1
     return removed, total
+
+
+def _remove(path: str) -> None:
+    for p in (path, path[:-3] + ".json"):
+        if os.path.exists(p):
+            os.unlink(p)
 
 
 def evict(cap: int | None = None) -> int:
@@ -223,8 +227,14 @@ def evict(cap: int | None = None) -> int:
     return _evict(config.cache_max_bytes if cap is None else cap)[0]
 
 
-def clear() -> int:
-    return evict(cap=0)
+def clear(prefix: str | None = None) -> int:
+    """Remove every entry, or those whose key starts with `prefix`; returns how many."""
+    if prefix is None:
+        return evict(cap=0)
+    found = [e["path"] for e in entries() if e["key"].startswith(prefix)]
+    for path in found:
+        _remove(path)
+    return len(found)
 
 
 def stats_path() -> str:
