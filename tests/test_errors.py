@@ -147,6 +147,7 @@ _CASES = {
         min=False),
     "clamp of bool by bool tensors": lambda d: (lambda b: b.clamp(b, b))(
         torch.ones(3, dtype=torch.bool, device=d)),
+    "mvlgamma of bool": lambda d: torch.mvlgamma(torch.tensor([True], device=d), 1),
     "bool ** bool tensor": lambda d: (lambda b: b ** b)(torch.ones(3, dtype=torch.bool,
                                                                    device=d)),
     "searchsorted in a 0-d tensor": lambda d: torch.searchsorted(torch.tensor(1.0, device=d),

@@ -125,6 +125,7 @@ for _op, _names in (("cumsum", ("dtype",)), ("cumprod", ("dtype",)), ("nanmedian
         if _overload in ("default", "dim", "Tensor", "Tensor_Tensor", "Scalar"):
             _REFUSED[getattr(getattr(aten, _op), _overload)] = (_names, _is_bool)
 _REFUSED[aten.median.dim] = (("self",), _is_bool)
+_REFUSED[aten.mvlgamma.default] = (("self",), _is_bool)     # "may not be a boolean tensor"
 
 # Op -> (the arguments whose dtype its numbers are converted to, the first given one, and the
 # number arguments). ATen converts these with checked_convert, which raises where a number
