@@ -252,3 +252,69 @@ def test_half_logsumexp_rounds_as_the_cpu(dtype):
         t = t.to(dtype)
         torch.testing.assert_close(t.to("wse").logsumexp(dim, keepdim).cpu(),
                                    t.logsumexp(dim, keepdim), atol=0, rtol=0)
+
+
+def _write_through_int_view(d):
+    x = _specials(d)
+    v = x.view(torch.int32)
+    v[1] = 1065353216                   # the bits of 1.0
+    v.add_(1)                           # the next float up
+    return x
+
+
+def _base_written_after_the_view(d):
+    x = _specials(d)
+    v = x.view(torch.int32)
+    x.mul_(2)
+    return v
+
+
+def _strided_view_zeroed(d):
+    x = torch.arange(12.0, device=d).view(3, 4)
+    x[:, 1:3].view(torch.int32).zero_()
+    return x
+
+
+def _half_bits_copied(d):
+    """Bits copied between two int16 views of half tensors (1.0, the smallest subnormal, -0.0).
+    (Not NaNs: wse computes halves in float, and stores a NaN as 0x7E00, as converting does.)"""
+    src = torch.tensor([0x3C00, 1, -0x8000], dtype=torch.int16, device=d).view(torch.float16)
+    dst = torch.zeros(3, dtype=torch.float16, device=d)
+    dst.view(torch.int16).copy_(src.view(torch.int16))
+    return dst.view(torch.int16)
+
+
+_BITCASTS = {
+    "half bits copied between views": _half_bits_copied,
+    "float32 as int32": lambda d: _specials(d).view(torch.int32),
+    "abs by clearing the sign bit": lambda d: (_specials(d).view(torch.int32)
+                                               & 0x7FFFFFFF).view(torch.float32),
+    "float64 as int64, plus one": lambda d: _specials(d).double().view(torch.int64) + 1,
+    "float16 as int16": lambda d: _specials(d).half().view(torch.int16),
+    # (not NaN: the CPU's float -> bfloat16 conversion gives NaNs other bits, wse 0x7FC0)
+    "bfloat16 as float16": lambda d: _specials(d)[:-1].bfloat16().view(torch.float16).view(
+        torch.int16),
+    "int16 as bfloat16": lambda d: torch.tensor([16256, -16384, 0, 32640], dtype=torch.int16,
+                                                device=d).view(torch.bfloat16),
+    "uint8 as int8": lambda d: torch.tensor([0, 200, 255], dtype=torch.uint8,
+                                            device=d).view(torch.int8),
+    "a write through the view": lambda d: _write_through_int_view(d).view(torch.int32),
+    "the base written after": _base_written_after_the_view,
+    "a strided view zeroed": _strided_view_zeroed,
+}
+
+
+@pytest.mark.parametrize("case", list(_BITCASTS))
+def test_a_view_as_another_dtype_of_the_same_size_shares_the_bits(case):
+    """x.view(torch.int32) of a float32 tensor raised NotImplementedError on wse."""
+    lazydev.metrics.reset()
+    expected = _BITCASTS[case]("cpu")
+    actual = _BITCASTS[case]("wse")
+    assert actual.dtype == expected.dtype
+    assert_same(actual, expected)
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def test_a_view_as_a_dtype_of_another_size_says_to_convert():
+    with pytest.raises(NotImplementedError, match=r"use \.to\(dtype\) to convert"):
+        torch.ones(2, device="wse").view(torch.uint8)

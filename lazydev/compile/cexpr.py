@@ -189,6 +189,12 @@ def pow_expr(dtype, a: str, b: str, const_exp) -> str:
     return f"wse_ipow({a}, {b})"
 
 
+def bitcast_expr(dst, src, x: str) -> str:
+    """The bits of `x` (a value of `src`) read as a value of `dst`, of the same item size."""
+    return (f"({{ {STORE_TYPE[src]} b_ = {store_expr(src, x)}; {STORE_TYPE[dst]} r_; "
+            f"memcpy(&r_, &b_, sizeof r_); {load_expr(dst, 'r_')}; }})")
+
+
 def cast_expr(dst, src, x: str) -> str:
     if dst is torch.bool:
         return f"({x} != 0)"

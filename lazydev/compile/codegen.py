@@ -221,6 +221,11 @@ def _cast(e: Emitter, n: Node, idx: Idx) -> str:
     return cexpr.cast_expr(n.dtype, s.dtype, e.load(s, idx))
 
 
+def _bitcast(e: Emitter, n: Node, idx: Idx) -> str:
+    s = n.src[0]
+    return cexpr.bitcast_expr(n.dtype, s.dtype, e.load(s, idx))
+
+
 def _where(e: Emitter, n: Node, idx: Idx) -> str:
     c, a, b = (e.load(s, idx) for s in n.src)
     return f"({c} ? {a} : {b})"
@@ -379,6 +384,7 @@ def _index_nd(e: Emitter, n: Node, idx: Idx) -> str:
 
 _RULES = {
     Op.CONST: _leaf_const, Op.SCALAR: _leaf_scalar, Op.INDEX: _leaf_index, Op.CAST: _cast,
+    Op.BITCAST: _bitcast,
     Op.WHERE: _where, Op.LERP: _lerp, Op.FMA: _fma, Op.EXPAND: _expand, Op.RESHAPE: _reshape,
     Op.PERMUTE: _permute, Op.AS_STRIDED: _as_strided, Op.CAT: _cat, Op.PAD: _pad, Op.GATHER: _gather,
     Op.INDEX_ND: _index_nd, Op.SPECIAL: _special, Op.CHECK: _check,

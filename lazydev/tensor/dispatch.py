@@ -22,8 +22,8 @@ from ..trace.lower_linalg import DECOMPOSITIONS
 from . import dtypes, foreach, guards, replay
 from .device import check_index
 from .sparse import WseSparseTensor
-from .wse_tensor import (ComplexValue, WseTensor, from_node, restride, to_cpu, value, write,
-                          write_tensor)
+from .wse_tensor import (ComplexValue, WseTensor, bitcasts, from_node, restride, to_cpu, value,
+                          write, write_tensor)
 
 aten = torch.ops.aten
 _HANDLERS: dict = {}
@@ -461,7 +461,7 @@ def alias_op(func, args, kwargs):
     detaches every gradient it stores and every tensor it saves: two or more per parameter per
     training step; a detach from Python took 6.2 us through the general view path, 4.8 here)."""
     t = args[0]
-    if type(t) is not WseTensor or t.dtype.is_complex:
+    if type(t) is not WseTensor or t._lz_meta[4] is not t._st.dtype:    # complex, bitcast
         return view_op(func, args, kwargs)
     size, stride, offset, _, _ = meta = t._lz_meta
     return WseTensor._view(t._st, size, stride, offset, meta, t._lz_full)
@@ -484,10 +484,11 @@ def view_op(func, args, kwargs):
     real = base._st.dtype
 
     def make(s):
-        if s.dtype != base.dtype and (s.dtype.to_real() if s.dtype.is_complex else s.dtype) != real:
+        stored = s.dtype.to_real() if s.dtype.is_complex else s.dtype
+        if s.dtype != base.dtype and stored != real and not bitcasts(s.dtype, real):
             raise NotImplementedError(
-                f"{func}: a wse view with another dtype ({s.dtype} of {base.dtype}) is not "
-                "supported; use .to(dtype) to convert instead")
+                f"{func}: a wse view with a dtype of another element size or kind ({s.dtype} of "
+                f"{base.dtype}) is not supported; use .to(dtype) to convert instead")
         # view_as_real/view_as_complex alias too: complex storages hold real pairs.
         return WseTensor(base._st, s.shape, s.stride, s.offset, dtype=s.dtype)
     if isinstance(spec, tuple):

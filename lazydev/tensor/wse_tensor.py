@@ -43,8 +43,9 @@ _STRIDED = torch.strided
 
 
 class WseTensor(torch.Tensor):
-    """A view (size, stride, offset) of a Storage. `dtype` differs from the storage's only for a
-    complex tensor, whose storage holds real numbers (Note [Complex storage])."""
+    """A view (size, stride, offset) of a Storage. `dtype` differs from the storage's for a
+    complex tensor, whose storage holds real numbers (Note [Complex storage]), and for a view as
+    another dtype of the same item size (x.view(torch.int32)), which reads the storage's bits."""
 
     @staticmethod
     def __new__(cls, storage: Storage, size, stride=None, offset=0, requires_grad=False,
@@ -304,15 +305,24 @@ def value(t: WseTensor) -> Node:
     if t._lz_meta[3] != st.numel:
         _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
-    if dtype is not st.dtype:
+    if dtype is not st.dtype and not bitcasts(dtype, st.dtype):
         raise ComplexValue(t.dtype)
     if t._lz_full:
         node = st.value(size)
     else:
         base = st.value((numel,))
         node = Node(_AS_STRIDED, st.dtype, size, (base,), (stride, offset))
+    if dtype is not st.dtype:
+        node = Node(Op.BITCAST, dtype, size, (node,))
     t._lz_cache = (st.version, tid, node)
     return node
+
+
+def bitcasts(dtype: torch.dtype, stored: torch.dtype) -> bool:
+    """Whether a tensor of `dtype` over a storage of `stored` reads the storage's bits as its
+    own (x.view(torch.int32) of a float32 tensor): real dtypes of one item size, not bool."""
+    return (dtype.itemsize == stored.itemsize and torch.bool not in (dtype, stored)
+            and not (dtype.is_complex or stored.is_complex))
 
 
 def write(t: WseTensor, node: Node) -> None:
@@ -322,7 +332,10 @@ def write(t: WseTensor, node: Node) -> None:
         _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
     if dtype is not st.dtype:
-        raise ComplexValue(t.dtype)
+        if not bitcasts(dtype, st.dtype):
+            raise ComplexValue(t.dtype)
+        node = build.cast(node, dtype) if node.dtype is not dtype else node
+        node, dtype = Node(Op.BITCAST, st.dtype, node.shape, (node,)), st.dtype
     if node.dtype is not dtype:
         node = build.cast(node, dtype)
     if node.shape != size:

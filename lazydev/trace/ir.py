@@ -35,6 +35,7 @@ class Op(IntEnum):
     ASINH = 38; ACOSH = 39; ATANH = 40; ERFC = 41; EXP2 = 42; LOG2 = 43; LOG10 = 44
     RELU = 45; ISINF = 46; LGAMMA = 47; ERFINV = 48; SIGNBIT = 49; ISFINITE = 50
     CAST = 51       # arg = target dtype
+    BITCAST = 52    # src (x,) of this dtype's item size: x's bits read as this dtype (view(dtype))
     # elementwise binary
     ADD = 60; SUB = 61; MUL = 62; DIV = 63; POW = 64; MAX = 65; MIN = 66
     EQ = 67; NE = 68; LT = 69; LE = 70; GT = 71; GE = 72
