@@ -5,10 +5,16 @@ wrapper) and rounds once; ATen's logsumexp_out_impl runs amax, sub, exp, sum, lo
 input's dtype, rounding after each. For bfloat16 [-3.5, -2.5, 0] the CPU's sum rounds 1.1123 to
 1.1094, so it returns 0.1040 where the float form gives 0.1064, 2.3% apart (bfloat16's tolerance
 is 1.6%).
+
+var, std (and var_mean, std_mean): torch._decomp's work in the input's dtype; ATen's CPU kernel
+(std_var_kernel_impl) accumulates float32 and half inputs in double and rounds the result once.
+The std of [1e-30, 2e-30, 3e-30] is 1e-30 on the CPU; in float32 its variance, 1e-60, underflows
+and wse gave 0.
 """
 from __future__ import annotations
 
 import torch
+from torch._decomp import decomposition_table
 
 from .vjp import decomposition
 
@@ -26,3 +32,19 @@ def logsumexp(x, dim, keepdim: bool = False):
     maxes = maxes.masked_fill(maxes.abs() == float("inf"), 0)
     squeezed = maxes if keepdim else maxes.squeeze(dim)
     return torch.sum(torch.exp(x - maxes), dim, keepdim).log().add(squeezed)
+
+
+def _in_double(op):
+    general = decomposition_table[op]
+
+    def run(x, dim=None, *, correction=None, keepdim=False):
+        if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            return general(x, dim, correction=correction, keepdim=keepdim)
+        out = general(x.double(), dim, correction=correction, keepdim=keepdim)
+        return tuple(o.to(x.dtype) for o in out) if isinstance(out, tuple) else out.to(x.dtype)
+    return run
+
+
+for _op in (aten.var.correction, aten.std.correction, aten.var_mean.correction,
+            aten.std_mean.correction):
+    decomposition(_op)(_in_double(_op))
