@@ -3697,3 +3697,12 @@ WSE_SP_FN T SP(log_add_exp)(T x, T y) {
   }
   return x;
 }
+
+/* x ** b for an exponent given as a number, as ATen's pow_tensor_scalar_kernel takes it: sqrt
+ * for 0.5 and 1 / sqrt for -0.5 (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives +0.0
+ * and +inf). The exponent is a runtime scalar, so the test is here, not in the graph. */
+WSE_SP_FN T SP(pow_scalar)(T x, T b) {
+  if (b == (T)0.5) return sqrt(x);
+  if (b == (T)-0.5) return (T)1 / sqrt(x);
+  return pow(x, b);
+}

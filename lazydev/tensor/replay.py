@@ -10,7 +10,7 @@ plan: a list of node recipes whose sources are placeholders, earlier recipes, co
 and scalar slots. Replaying a plan costs one Node per recipe and nothing else.
 
 Float arguments are runtime scalars (Note [IR keys]), so they are not in the signature, except
-the values a lowering may branch on (0, 1, -1, ±0.5, non-finite). To prove a plan does not depend
+the values a lowering may branch on (0, 1, -1, non-finite). To prove a plan does not depend
 on the other float values, the lowering runs twice with two different probe values per float
 argument: the two graphs must be identical except for scalar slots that carry exactly the probes,
 so every runtime scalar comes straight from an argument (or is a constant of the lowering).
@@ -33,7 +33,7 @@ from . import dtypes
 
 _PLANS: dict = {}           # signature -> Plan (a view op: its output specs), or None
 _MAX_PLANS = 20000          # a bound against signatures that never repeat (growing shapes)
-_SPECIAL_FLOATS = (0.0, 1.0, -1.0, 0.5, -0.5)     # x ** ±0.5 is a square root (trace/lower.py)
+_SPECIAL_FLOATS = (0.0, 1.0, -1.0)
 _PROBES = ((1.2345678912345, 0.8765432198765), (2.7182818284, 0.3183098861))
 _WRAPPED = {dt: f"cpu0-{dt}" for dt in (torch.float64, torch.float32, torch.float16,
                                        torch.bfloat16)}

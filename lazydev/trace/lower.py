@@ -141,18 +141,20 @@ def _pow(spec, a, b):
     if isinstance(b, int) and not isinstance(b, bool) and dt.is_floating_point:
         # An integer exponent is structure (x*x for 2), not a runtime value.
         return ew(Op.POW, dt, spec.shape, as_node(a, dt), const(b, torch.int64))
-    if type(b) is float and isinstance(a, Node) and dt in _SQRT_POW and b in (0.5, -0.5):
-        # ATen's kernel takes sqrt and rsqrt for these: sqrt(-0.0) is -0.0, pow's +0.0
-        return ew(Op.SQRT if b == 0.5 else Op.RSQRT, dt, spec.shape, as_node(a, dt))
-    if type(b) is float and dt is torch.float32:
-        # ATen takes a float32 tensor's power with the exponent as given, in double:
-        # (-2.0) ** 3.0000001 is NaN, not (-2.0) ** 3.0
-        wide = torch.float64
-        return cast(ew(Op.POW, wide, spec.shape, as_node(a, wide), as_node(b, wide)), dt)
+    if type(b) is float and isinstance(a, Node) and dt in _POW_SCALAR:
+        # ATen's kernel: sqrt and rsqrt for ±0.5 (csrc/wse_special_t.h), and a float32 tensor's
+        # power taken in double with the exponent as given ((-2.0) ** 3.0000001 is NaN, not
+        # (-2.0) ** 3.0); bfloat16's in float, its exponent rounded to bfloat16 first
+        wide = _POW_SCALAR[dt]
+        exponent = as_node(b, wide) if dt is not torch.bfloat16 else cast(as_node(b, dt), wide)
+        out = ew(Op.SPECIAL, wide, spec.shape, cast(a, wide), exponent)
+        return cast(out.replace(arg=("pow_scalar",)), dt)
     return ew(Op.POW, dt, spec.shape, as_node(a, dt), as_node(b, dt))
 
 
-_SQRT_POW = frozenset({torch.float32, torch.float64, torch.bfloat16})     # not half
+# dtype -> the dtype its power by a number is computed in (not half: ATen's half kernel is pow)
+_POW_SCALAR = {torch.float32: torch.float64, torch.float64: torch.float64,
+               torch.bfloat16: torch.float32}
 
 
 def _make_add(op: Op):
