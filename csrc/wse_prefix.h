@@ -112,12 +112,18 @@ enum {
 static inline uint32_t wse_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float wse_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-/* Round-to-nearest-even, NaN -> quiet NaN 0x7E00 (sign kept), like torch. */
+/* Round-to-nearest-even, like torch. A NaN keeps its sign and its payload's top ten bits, so a
+   half NaN read as float (below) converts back to the same bits: an int16 view of a half tensor
+   reads and writes -3 (a NaN's bits) through a float. A float NaN of the usual payload becomes
+   0x7E00, torch's NaN; one with none of those bits set gets the quiet bit, not inf. */
 static inline uint16_t wse_f32_to_f16(float f) {
   uint32_t x = wse_f32_bits(f);
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
   uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return sign | 0x7E00u;          /* NaN */
+  if (ax > 0x7F800000u) {                               /* NaN */
+    uint16_t payload = (uint16_t)((ax >> 13) & 0x3FFu);
+    return sign | 0x7C00u | (payload ? payload : 0x200u);
+  }
   if (ax >= 0x477FF000u) return sign | 0x7C00u;         /* >= 65520 rounds to inf */
   if (ax >= 0x38800000u) {                              /* normal half */
     uint32_t h = (ax >> 13) - (112u << 10);             /* rebias exponent 127 -> 15 */
@@ -145,10 +151,13 @@ static inline float wse_f16_to_f32(uint16_t h) {
   return wse_bits_f32(sign | (e << 23) | ((man & 0x3FFu) << 13));
 }
 
-/* Same rounding as c10::BFloat16: RNE, any NaN -> 0x7FC0. */
+/* Same rounding as c10::BFloat16: RNE; a NaN keeps its top bits (torch's NaN gives 0x7FC0). */
 static inline uint16_t wse_f32_to_bf16(float f) {
   uint32_t x = wse_f32_bits(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) {                /* NaN: its top bits, as for half */
+    uint16_t h = (uint16_t)(x >> 16);
+    return (h & 0x7Fu) ? h : (uint16_t)(h | 0x40u);
+  }
   return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 

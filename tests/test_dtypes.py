@@ -291,7 +291,30 @@ def _half_bits_copied(d):
     return dst.view(torch.int16)
 
 
+def _int_view_updated_then_read(d):
+    """An in-place op on an int view, then another op on it in the same step: wse read the
+    view's cached value in the storage's dtype (1065353217 read as 1)."""
+    v = torch.ones(2, device=d).view(torch.int32)
+    v.add_(1)
+    return v.long() * 2
+
+
+def _nan_bits_through_half_views(d):
+    """Integers whose bits are half NaNs, written and read through an int16 view: wse's float
+    round trip made -3 into -512 (0x7E00, the canonical NaN)."""
+    x = torch.zeros(4, dtype=torch.float16, device=d)
+    v = x.view(torch.int16)
+    v[0], v[1] = -3, 32767
+    y = torch.zeros(2, dtype=torch.bfloat16, device=d)
+    y.view(torch.int16).fill_(-1)
+    return torch.cat([v, y.view(torch.int16), x[:2].clone().view(torch.int16)])
+
+
 _BITCASTS = {
+    "an int view updated, then read": _int_view_updated_then_read,
+    "an int8 view of uint8 updated, then summed": lambda d: (lambda v: (v.sub_(3), v.sum())[1])(
+        torch.arange(4, dtype=torch.uint8, device=d).view(torch.int8)),
+    "NaN bit patterns through half views": _nan_bits_through_half_views,
     "half bits copied between views": _half_bits_copied,
     "float32 as int32": lambda d: _specials(d).view(torch.int32),
     "abs by clearing the sign bit": lambda d: (_specials(d).view(torch.int32)
@@ -325,3 +348,14 @@ def test_a_view_as_another_dtype_of_the_same_size_shares_the_bits(case):
 def test_a_view_as_a_dtype_of_another_size_says_to_convert():
     with pytest.raises(NotImplementedError, match=r"use \.to\(dtype\) to convert"):
         torch.ones(2, device="wse").view(torch.uint8)
+
+
+def test_saving_a_tensor_with_its_view_as_another_dtype_raises_as_on_the_cpu(tmp_path):
+    """wse saved the two as separate copies (a write to one no longer reached the other)."""
+    for d in ("cpu", "wse"):
+        x = torch.ones(2, 3, device=d)
+        with pytest.raises(RuntimeError, match="view the same data as different types"):
+            torch.save({"x": x, "v": x.view(torch.int32)}, tmp_path / f"{d}.pt")
+    v = torch.ones(2, device="wse").view(torch.int32)
+    torch.save(v, tmp_path / "v.pt")
+    assert torch.load(tmp_path / "v.pt").tolist() == [1065353216] * 2

@@ -147,6 +147,10 @@ _CASES = {
         min=False),
     "clamp of bool by bool tensors": lambda d: (lambda b: b.clamp(b, b))(
         torch.ones(3, dtype=torch.bool, device=d)),
+    # index_put_ of a number under one uint8 mask is masked_fill_, which refuses uint8 (wse
+    # read the mask as row positions 1 and 0, and filled everything)
+    "a[uint8 mask] = number": lambda d: torch.arange(6, device=d).reshape(2, 3).__setitem__(
+        torch.tensor([[1, 0, 1], [0, 1, 1]], dtype=torch.uint8, device=d), -1),
     "mvlgamma of bool": lambda d: torch.mvlgamma(torch.tensor([True], device=d), 1),
     "bool ** bool tensor": lambda d: (lambda b: b ** b)(torch.ones(3, dtype=torch.bool,
                                                                    device=d)),

@@ -469,7 +469,7 @@ def test_program_zero_division_and_unknown_code(err_prog):
     bufs = _err_bufs([7, -7], [2, 2])
     err_prog.run(bufs, [1, 2, 0])
     assert bufs[2].to_tensor(torch.int64, (2,)).tolist() == [3, -4]
-    with pytest.raises(RuntimeError, match="ZeroDivisionError: integer division by zero"):
+    with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):      # the CPU's message
         err_prog.run(_err_bufs([1, 2], [1, 0]), [1, 2, 0])
     with pytest.raises(RuntimeError, match="error code 7"):
         err_prog.run(_err_bufs([1], [1]), [2, 1, 0])

@@ -2,6 +2,8 @@
 and stability, NaN placement, long and many rows (the parallel sort path), other dtypes, and
 the syncs that value-dependent sizes cost. Every case also asserts it ran without a CPU fallback.
 """
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -148,6 +150,21 @@ def test_mask_index_put_without_a_sync_when_values_broadcast():
     with pytest.raises(RuntimeError, match="shape mismatch"):
         x.to("wse").index_put((mask.to("wse"),), torch.randn(2, 4).to("wse"))
     assert out.shape == x.shape
+
+
+def test_a_uint8_mask_assigned_in_place_is_a_mask():
+    """a[uint8 mask] = rows: ATen's deprecated uint8 mask (wse's in-place plan read it as row
+    positions 1 and 0, writing both rows)."""
+    for mask, values in (([1, 0], [9, 8, 7]), ([[1, 0, 1], [0, 1, 1]], [9, 8, 7, 6])):
+        got = {}
+        for d in ("cpu", "wse"):
+            a = torch.arange(6, device=d).reshape(2, 3)
+            with warnings.catch_warnings():      # the CPU's deprecation warning
+                warnings.simplefilter("ignore")
+                a[torch.tensor(mask, dtype=torch.uint8, device=d)] = torch.tensor(values,
+                                                                                  device=d)
+            got[d] = a
+        assert_same(got["wse"], got["cpu"])
 
 
 def test_mask_index_and_nonzero_unique():

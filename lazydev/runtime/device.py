@@ -438,7 +438,7 @@ def _program_error(rc: int, err) -> Exception:
     if rc == 1:
         return IndexError(f"index {err[0]} is out of bounds for dimension with size {err[1]}")
     if rc == 2:
-        return RuntimeError("ZeroDivisionError: integer division by zero on the wse device")
+        return RuntimeError("ZeroDivisionError")     # the CPU's message, word for word
     if rc == 5:                 # WSE_ERR_NO_MEMORY: Note [Scratch failures] in csrc/wse_runtime.c
         return DeviceOutOfMemoryError(
             f"a wse kernel (convolution, sort or linear algebra) could not allocate "

@@ -607,8 +607,10 @@ def _arg_at(func, pos, args, kwargs):
 def inplace_op(func, args, kwargs):
     fn = functional_variant(func)
     positions = _mutated_positions(func)
-    # A plan runs the functional op's lowering itself: not for one whose index is checked first.
-    if fn not in guards.RULES:
+    # A plan runs the functional op's lowering itself: not for one whose index is checked first,
+    # nor one with a handler of its own (index_put reads a uint8 index as a mask; its lowering
+    # would take it for positions).
+    if fn not in guards.RULES and fn not in SPECIAL:
         out = replay.run_inplace(func, fn, positions, args, kwargs)
         if out is not None:
             return out

@@ -138,6 +138,7 @@ def _index_put(func, args, kwargs):
     accumulate = (list(args[3:]) + [kwargs.get("accumulate", False)])[0]
     if not any(_is_mask(ix) for ix in indices):
         return lowered_op(func, args, kwargs)
+    _no_uint8_fill(indices, values, accumulate)
     if _mask_unsupported(indices) or values.dtype != x.dtype:
         # (the CPU raises for most dtype mismatches, but not all: it decides)
         return fallback_op(func, args, kwargs, why="0-dim boolean index or another dtype")
@@ -145,6 +146,16 @@ def _index_put(func, args, kwargs):
     if put is not None:
         return put
     return lowered_op(func, (x, _long_indices(x, indices), values, accumulate), {})
+
+
+def _no_uint8_fill(indices, values, accumulate) -> None:
+    """ATen's index_put_ of one number under one mask is masked_fill_, which takes no uint8
+    mask (a uint8 mask is otherwise the deprecated form of a bool one)."""
+    given = [ix for ix in indices if ix is not None]
+    if (not accumulate and len(given) == 1 and given[0].dtype is torch.uint8
+            and values.dim() == 0):
+        raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype "
+                           "unsigned char")
 
 
 def _masked_put(x, indices, values, accumulate):

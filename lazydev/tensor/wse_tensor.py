@@ -331,20 +331,20 @@ def write(t: WseTensor, node: Node) -> None:
     if t._lz_meta[3] != st.numel:
         _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
-    if dtype is not st.dtype:
-        if not bitcasts(dtype, st.dtype):
-            raise ComplexValue(t.dtype)
-        node = build.cast(node, dtype) if node.dtype is not dtype else node
-        node, dtype = Node(Op.BITCAST, st.dtype, node.shape, (node,)), st.dtype
     if node.dtype is not dtype:
         node = build.cast(node, dtype)
     if node.shape != size:
         if not broadcasts_to(node.shape, size):
             _copy_shape_error(node.shape, size)
         node = build.expand(node, size)
+    seen = node                     # what value(t) would make
+    if dtype is not st.dtype:
+        if not bitcasts(dtype, st.dtype):
+            raise ComplexValue(t.dtype)
+        node, dtype = Node(Op.BITCAST, st.dtype, size, (node,)), st.dtype
     if t._lz_full:
         st.set_node(node)
-        t._lz_cache = (st.version, state._current.id, node)    # what value(t) would make
+        t._lz_cache = (st.version, state._current.id, seen)
         return
     base = st.value((numel,))
     st.set_node(Node(_SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
@@ -419,7 +419,8 @@ def _saved(t: WseTensor) -> torch.Tensor:
     storage, the same copy for every view saved while one is alive and the storage holds the
     same value: torch.save writes one storage per CPU storage, so the views alias again."""
     st = t._st
-    if t._lz_meta[4] is not st.dtype or t._lz_meta[3] != st.numel:
+    dtype = t._lz_meta[4]
+    if (dtype is not st.dtype and not bitcasts(dtype, st.dtype)) or t._lz_meta[3] != st.numel:
         return to_cpu(t, reason="save")         # complex pairs, a regrown storage: the values
     sync.sync("save", needed=st.node is not None or st.buf is None)
     if st.buf is None:
@@ -430,7 +431,9 @@ def _saved(t: WseTensor) -> torch.Tensor:
         copy = sync.download(st.buf, st.dtype, st.numel).untyped_storage()
         _SAVED[st] = (st.version, st.buf, weakref.ref(copy))
     size, stride, offset = t._lz_meta[:3]
-    return torch.empty(0, dtype=st.dtype).set_(copy, offset, size, stride)
+    # A view as another dtype views the same copy, so saving it with its base raises as on the
+    # CPU ("Cannot save multiple tensors or storages that view the same data as different types")
+    return torch.empty(0, dtype=dtype).set_(copy, offset, size, stride)
 
 
 def _no_value(st) -> None:
