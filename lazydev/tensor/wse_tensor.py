@@ -331,6 +331,8 @@ def write(t: WseTensor, node: Node) -> None:
     if t._lz_meta[3] != st.numel:
         _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
+    if dtype is not st.dtype and not bitcasts(dtype, st.dtype):
+        raise ComplexValue(t.dtype)
     if node.dtype is not dtype:
         node = build.cast(node, dtype)
     if node.shape != size:
@@ -338,9 +340,7 @@ def write(t: WseTensor, node: Node) -> None:
             _copy_shape_error(node.shape, size)
         node = build.expand(node, size)
     seen = node                     # what value(t) would make
-    if dtype is not st.dtype:
-        if not bitcasts(dtype, st.dtype):
-            raise ComplexValue(t.dtype)
+    if dtype is not st.dtype:       # a view as another dtype: the storage gets the bits
         node, dtype = Node(Op.BITCAST, st.dtype, size, (node,)), st.dtype
     if t._lz_full:
         st.set_node(node)
