@@ -55,7 +55,8 @@ def dispatch(func, args, kwargs, handler=None):
 
 # Errors of lazydev's own Python (a lowering meeting an output_size it did not expect): what
 # the CPU raises for the call is the user's error, if it raises; if not, a lazydev bug, as is.
-_PYTHON_ERRORS = (AttributeError, TypeError, ValueError, KeyError, ZeroDivisionError)
+_PYTHON_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError,
+                  ZeroDivisionError)
 
 
 # Note [Errors inside backward]

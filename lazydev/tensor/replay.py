@@ -9,13 +9,13 @@ float), it is lowered on placeholders, one per tensor argument, and the nodes it
 plan: a list of node recipes whose sources are placeholders, earlier recipes, constant subgraphs
 and scalar slots. Replaying a plan costs one Node per recipe and nothing else.
 
-Float arguments are runtime scalars (Note [IR keys]), so they are not in the signature, except
-the values a lowering may branch on (0, 1, -1, non-finite). To prove a plan does not depend
-on the other float values, the lowering runs twice with two different probe values per float
-argument: the two graphs must be identical except for scalar slots that carry exactly the probes,
-so every runtime scalar comes straight from an argument (or is a constant of the lowering).
-Anything else (a scalar derived from an argument, a CPU tensor argument, an upload, an Unsupported
-lowering, any error) makes the signature "not replayable", and the op is recorded the general way.
+Float arguments are runtime scalars (Note [IR keys]), so they are not in the signature, except the
+values a lowering may branch on (0, 1, -1, non-finite). To prove a plan does not depend on the
+other float values, the lowering runs twice with two different probe values per float argument:
+the two graphs must be identical except for scalar slots that carry exactly the probes, so every
+runtime scalar comes straight from an argument (or is a constant of the lowering). Anything else
+(a scalar derived from an argument, a CPU tensor argument, an upload, an Unsupported lowering,
+any error) makes the signature "not replayable", and the op is recorded the general way.
 """
 from __future__ import annotations
 

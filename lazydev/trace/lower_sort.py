@@ -193,12 +193,6 @@ def _mode(spec, x, dim=-1, keepdim=False):
 
 @register(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def _searchsorted(spec, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
-    if not seq.shape:       # the CPU's checks (wse failed with an IndexError)
-        raise RuntimeError(
-            "torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
-            "dimension" if isinstance(values, Node) else "torch.searchsorted(): input value can "
-            "be a scalar only when boundaries tensor dimension is 1, but we got boundaries tensor "
-            "dim(0) and input value's dim(0) numel(1)")
     right = bool(right) or side == "right"
     dt = _promoted(seq, values)
     seq, values = cast(seq, dt), as_node(values, dt)
