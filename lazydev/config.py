@@ -120,10 +120,11 @@ def _env_bool(var: str, default: bool) -> bool:
     """A switch from the environment: 1/true/yes/on or 0/false/no/off (LAZYDEV_CACHE=no was
     read as "not 0", and left the cache on)."""
     text = os.environ.get(var)
-    if text is None or not text.strip():
+    word = (text or "").strip().lower()
+    if not word:
         return default
-    if text.strip().lower() in _TRUE + _FALSE:
-        return text.strip().lower() in _TRUE
+    if word in _TRUE + _FALSE:
+        return word in _TRUE
     raise ValueError(f"{var}={text!r}: takes 1 or 0 (also true/false, yes/no, on/off)")
 
 

@@ -8,8 +8,8 @@ is 1.6%).
 
 var, std (and var_mean, std_mean): torch._decomp's work in the input's dtype; ATen's CPU kernel
 (std_var_kernel_impl) accumulates float32 and half inputs in double and rounds the result once.
-The std of [1e-30, 2e-30, 3e-30] is 1e-30 on the CPU; in float32 its variance, 1e-60, underflows
-and wse gave 0.
+The std of [1e20, 2e20, 3e20] is 1e20 on the CPU; in float32 its variance, 1e40, overflows and
+wse gave inf.
 """
 from __future__ import annotations
 

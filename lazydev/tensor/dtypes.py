@@ -118,14 +118,17 @@ _REFUSED[aten.bitwise_not.default] = (("self",), _inexact)
 # Bool has no order or sums either: a bool median, search or running sum raises on the CPU (wse
 # computed one). A `dtype=` argument or a Python bool counts by its dtype: clamp(min=False) of
 # a bool tensor is refused, clamp(0, 1) (an int64 result) is not.
-for _op, _names in (("cumsum", ("dtype",)), ("cumprod", ("dtype",)), ("nanmedian", ("self",)),
-                    ("searchsorted", ("sorted_sequence", "self")),
-                    ("clamp", ("self", "min", "max")), ("pow", ("self", "exponent"))):
-    for _overload in getattr(aten, _op).overloads():
-        if _overload in ("default", "dim", "Tensor", "Tensor_Tensor", "Scalar"):
-            _REFUSED[getattr(getattr(aten, _op), _overload)] = (_names, _is_bool)
-_REFUSED[aten.median.dim] = (("self",), _is_bool)
-_REFUSED[aten.mvlgamma.default] = (("self",), _is_bool)     # "may not be a boolean tensor"
+for _op, _names in ((aten.cumsum.default, ("dtype",)), (aten.cumprod.default, ("dtype",)),
+                    (aten.median.dim, ("self",)), (aten.nanmedian.default, ("self",)),
+                    (aten.nanmedian.dim, ("self",)),
+                    (aten.searchsorted.Tensor, ("sorted_sequence", "self")),
+                    (aten.searchsorted.Scalar, ("sorted_sequence", "self")),
+                    (aten.clamp.default, ("self", "min", "max")),
+                    (aten.clamp.Tensor, ("self", "min", "max")),
+                    (aten.pow.Tensor_Tensor, ("self", "exponent")),
+                    (aten.pow.Scalar, ("self", "exponent")),
+                    (aten.mvlgamma.default, ("self",))):        # "may not be a boolean tensor"
+    _REFUSED[_op] = (_names, _is_bool)
 
 # Op -> (the arguments whose dtype its numbers are converted to, the first given one, and the
 # number arguments). ATen converts these with checked_convert, which raises where a number
@@ -234,9 +237,10 @@ def _check_dtypes(func, names):
 
     def dtype(p, args, kwargs):
         v = args[p] if p < len(args) else kwargs.get(names[p])
-        if isinstance(v, (bool, torch.dtype)):
-            return torch.bool if v is True or v is False else v
-        return getattr(v, "dtype", None)
+        d = getattr(v, "dtype", None)           # a tensor: the common case, before every mm
+        if d is None and isinstance(v, (bool, torch.dtype)):
+            return torch.bool if type(v) is bool else v
+        return d
 
     def breaks(args, kwargs) -> bool:
         for p in checked:
