@@ -7,7 +7,6 @@ How an op is handled is decided once per OpOverload (`_choose`) and cached in `_
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch._decomp import decomposition_table
@@ -19,8 +18,9 @@ from ..trace.build import Unsupported
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
-from . import dtypes, foreach, guards, replay
+from . import dtypes, foreach, guards, overlap, replay
 from .device import check_index
+from .overlap import arg_at
 from .sparse import WseSparseTensor
 from .wse_tensor import (ComplexValue, WseTensor, bitcasts, from_node, restride, to_cpu, value,
                           write, write_tensor)
@@ -125,11 +125,11 @@ def _choose(func):
         handler = _revives_lost(handler)
     written = [i for i in _mutated_positions(func) if func._schema.arguments[i].type.kind()
                == "TensorType"]
-    if written and torch.Tag.inplace_view not in func.tags and func not in _MAY_OVERLAP \
+    if written and torch.Tag.inplace_view not in func.tags and func not in overlap.MAY_OVERLAP \
             and not func.name().startswith("aten::_foreach_"):
         partial = torch.Tag.pointwise in func.tags or func is aten.copy_.default
-        handler = _no_internal_overlap(handler, written, partial)
-    return handler
+        handler = overlap.refused(handler, written, partial)
+    return overlap.on_shared_memory(func, handler, _to_cpu_args)
 
 
 # In-place ops that write every element without reading one: they may overwrite a tensor whose
@@ -147,70 +147,6 @@ def _revives_lost(handler):
         if isinstance(t, WseTensor) and t._lz_full and t._st.lost() and t.dtype is t._st.dtype:
             write(t, build.full(0, t.dtype, tuple(t.shape)))     # a value for the op to replace
         return handler(func, args, kwargs)
-    return run
-
-
-def _partly_overlap(a: WseTensor, b: WseTensor) -> bool:
-    """ATen's get_overlap_status(a, b) == Partial for two views of one storage: both dense,
-    their spans overlapping but not the same view. (Views with gaps are 'too hard' for ATen
-    and pass, as here.)"""
-    if a is b:
-        return False
-    sa, ta, oa, _, da = a._lz_meta
-    sb, tb, ob, _, db = b._lz_meta
-    na, nb = math.prod(sa), math.prod(sb)
-    if not na or not nb or da is not db or not (_no_gaps(sa, ta) and _no_gaps(sb, tb)):
-        return False
-    if oa == ob and na == nb:
-        return ta != tb
-    return oa < ob + nb and ob < oa + na
-
-
-def _no_gaps(size, stride) -> bool:
-    """is_non_overlapping_and_dense: some order of the dims is row-major with no gaps."""
-    expect = 1
-    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
-        if st != expect:
-            return False
-        expect *= n
-    return True
-
-
-# In-place ops the CPU lets write to a tensor whose elements share memory (an expanded one):
-# their kernels write every element the same way. set_/resize_ only move the view.
-_MAY_OVERLAP = frozenset({
-    aten.fill_.Scalar, aten.zero_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor,
-    aten.index_put_.default, aten._index_put_impl_.default, aten.index_fill_.int_Scalar,
-    aten.index_fill_.int_Tensor, aten.tril_.default, aten.triu_.default, aten.baddbmm_.default,
-    aten.resize_.default, aten.resize_as_.default, aten.set_.source_Tensor,
-    aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
-    aten.set_.source_Tensor_storage_offset, aten.set_.default})
-
-
-def _no_internal_overlap(handler, positions, partial: bool):
-    """An op that writes a tensor, one element of which stands for several (an expanded
-    one), raises as the CPU's does: the elements would get one of several results. So does
-    one (`partial`: a TensorIterator op, as the pointwise ones and copy_) that reads another
-    view of the written memory, which the CPU would read half-written (x.add_(x.t()))."""
-    def run(func, args, kwargs):
-        for pos in positions:
-            t = _arg_at(func, pos, args, kwargs)
-            if type(t) is not WseTensor:
-                continue
-            if replay.overlaps_itself(t):
-                raise RuntimeError(
-                    "unsupported operation: more than one element of the written-to tensor "
-                    "refers to a single memory location. Please clone() the tensor before "
-                    "performing the operation.")
-            if partial and any(type(a) is WseTensor and a._st is t._st and _partly_overlap(t, a)
-                               for a in args):
-                raise RuntimeError(
-                    "unsupported operation: some elements of the input tensor and the "
-                    "written-to tensor refer to a single memory location. Please clone() the "
-                    "tensor before performing the operation.")
-        return handler(func, args, kwargs)
-    # for foreach plans, whose element plans refuse such tensors (as dtypes.checked's does)
-    run.unchecked = getattr(handler, "unchecked", handler)
     return run
 
 
@@ -600,11 +536,6 @@ def _mutated_positions(func):
     return found
 
 
-def _arg_at(func, pos, args, kwargs):
-    """The argument at schema position `pos`, passed positionally or by name (None if absent)."""
-    return args[pos] if pos < len(args) else kwargs.get(func._schema.arguments[pos].name)
-
-
 def inplace_op(func, args, kwargs):
     fn = functional_variant(func)
     positions = _mutated_positions(func)
@@ -619,7 +550,7 @@ def inplace_op(func, args, kwargs):
     # A tuple holds one result per mutated argument; anything else (a tensor, or a foreach op's
     # list of tensors) is the result for the first one (rrelu_with_noise_ writes its noise itself).
     results = result if isinstance(result, tuple) else (result,)
-    targets = [_arg_at(func, pos, args, kwargs) for pos in positions]
+    targets = [arg_at(func, pos, args, kwargs) for pos in positions]
     for target, res in zip(targets, results):
         if isinstance(target, WseTensor) and isinstance(res, WseTensor):
             dtypes.check_cast(func, args, kwargs, res.dtype, target.dtype)
@@ -720,10 +651,10 @@ def fallback_op(func, args, kwargs, why="no lowering"):
     out = func(*cpu_args, **cpu_kwargs)
     positions = _mutated_positions(func)
     for pos in positions:
-        _copy_back(_arg_at(func, pos, args, kwargs), _arg_at(func, pos, cpu_args, cpu_kwargs))
+        _copy_back(arg_at(func, pos, args, kwargs), arg_at(func, pos, cpu_args, cpu_kwargs))
     returns = func._schema.returns
     if positions and returns and returns[0].alias_info is not None:
-        written = [_arg_at(func, pos, args, kwargs) for pos in positions[:len(returns)]]
+        written = [arg_at(func, pos, args, kwargs) for pos in positions[:len(returns)]]
         return written[0] if len(returns) == 1 else tuple(written)
     return _upload_out(out)
 

@@ -1,0 +1,125 @@
+"""In-place writes to memory that several elements share, as the CPU makes them.
+
+ATen's TensorIterator refuses most writes to a tensor whose elements share memory (an expanded
+one) and writes that read another, partly overlapping view of the written memory (x.add_(x.t())):
+`refused` raises its errors. A few in-place ops it lets write to an expanded tensor
+(`MAY_OVERLAP`); of these, the ones that write different elements differently (a mask, an
+index, a triangle) leave each shared memory location with what the CPU's element-by-element
+loop left last: `on_shared_memory` runs them there.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import log, metrics
+from .replay import overlaps_itself
+from .wse_tensor import WseTensor, from_cpu, to_cpu, write_tensor
+
+aten = torch.ops.aten
+
+# In-place ops the CPU lets write to a tensor whose elements share memory. set_/resize_ only
+# move the view.
+MAY_OVERLAP = frozenset({
+    aten.fill_.Scalar, aten.zero_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor,
+    aten.index_put_.default, aten._index_put_impl_.default, aten.index_fill_.int_Scalar,
+    aten.index_fill_.int_Tensor, aten.tril_.default, aten.triu_.default, aten.baddbmm_.default,
+    aten.resize_.default, aten.resize_as_.default, aten.set_.source_Tensor,
+    aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
+    aten.set_.source_Tensor_storage_offset, aten.set_.default})
+
+# Those of them whose writes differ between elements that share memory. (fill_ and zero_ write
+# one value everywhere, which the device's functional form gets right.)
+_ELEMENTWISE_ORDER = MAY_OVERLAP - {
+    aten.fill_.Scalar, aten.zero_.default, aten.resize_.default, aten.resize_as_.default,
+    aten.set_.source_Tensor, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
+    aten.set_.source_Tensor_storage_offset, aten.set_.default}
+
+
+def arg_at(func, pos, args, kwargs):
+    """The argument at schema position `pos`, passed positionally or by name (None if absent)."""
+    return args[pos] if pos < len(args) else kwargs.get(func._schema.arguments[pos].name)
+
+
+def partly_overlap(a: WseTensor, b: WseTensor) -> bool:
+    """ATen's get_overlap_status(a, b) == Partial for two views of one storage: both dense,
+    their spans overlapping but not the same view. (Views with gaps are 'too hard' for ATen
+    and pass, as here.)"""
+    if a is b:
+        return False
+    sa, ta, oa, _, da = a._lz_meta
+    sb, tb, ob, _, db = b._lz_meta
+    na, nb = math.prod(sa), math.prod(sb)
+    if not na or not nb or da is not db or not (_no_gaps(sa, ta) and _no_gaps(sb, tb)):
+        return False
+    if oa == ob and na == nb:
+        return ta != tb
+    return oa < ob + nb and ob < oa + na
+
+
+def _no_gaps(size, stride) -> bool:
+    """is_non_overlapping_and_dense: some order of the dims is row-major with no gaps."""
+    expect = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st != expect:
+            return False
+        expect *= n
+    return True
+
+
+def refused(handler, positions, partial: bool):
+    """An op that writes a tensor, one element of which stands for several (an expanded
+    one), raises as the CPU's does: the elements would get one of several results. So does
+    one (`partial`: a TensorIterator op, as the pointwise ones and copy_) that reads another
+    view of the written memory, which the CPU would read half-written (x.add_(x.t()))."""
+    def run(func, args, kwargs):
+        for pos in positions:
+            t = arg_at(func, pos, args, kwargs)
+            if type(t) is not WseTensor:
+                continue
+            if overlaps_itself(t):
+                raise RuntimeError(
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation.")
+            if partial and any(type(a) is WseTensor and a._st is t._st and partly_overlap(t, a)
+                               for a in args):
+                raise RuntimeError(
+                    "unsupported operation: some elements of the input tensor and the "
+                    "written-to tensor refer to a single memory location. Please clone() the "
+                    "tensor before performing the operation.")
+        return handler(func, args, kwargs)
+    # for foreach plans, whose element plans refuse such tensors (as dtypes.checked's does)
+    run.unchecked = getattr(handler, "unchecked", handler)
+    return run
+
+
+def on_shared_memory(func, handler, to_cpu_args):
+    """`handler`, except that a write to an expanded tensor runs on the CPU, on a view of the
+    whole storage with the tensor's strides: masked_fill_ of zeros(3).expand(2, 3) writes a
+    location if any element over it is masked, index_put_ leaves each location with the last
+    value put there. The device's functional form computes each element apart and keeps one
+    element's result per location (`a[0] = v` was undone by row 1's old value). A deprecated
+    use (the CPU warns), so it is a counted fallback rather than a lowering."""
+    if func not in _ELEMENTWISE_ORDER:
+        return handler
+    pos = 0                             # every op in the set writes `self`
+
+    def run(func, args, kwargs):
+        t = arg_at(func, pos, args, kwargs)
+        if type(t) is not WseTensor or not overlaps_itself(t) or t.dtype is not t._st.dtype:
+            return handler(func, args, kwargs)
+        metrics.fallback(str(func))
+        log.emit("fallback", f"{func} runs on the CPU (it writes an expanded tensor) at "
+                 f"[green]{log.user_frame()}[/]")
+        st = t._st
+        whole = WseTensor._view(st, *WseTensor.view_meta(st, (st.numel,), (1,), 0))
+        cpu = to_cpu(whole, reason=f"fallback:{func}")
+        view = cpu.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
+        cpu_args = (view,) + tuple(to_cpu_args(a) for a in args[1:]) if args else ()
+        cpu_kwargs = {k: view if k == "self" else to_cpu_args(v) for k, v in kwargs.items()}
+        func(*cpu_args, **cpu_kwargs)
+        write_tensor(whole, from_cpu(cpu))
+        return t
+    return run
