@@ -332,3 +332,30 @@ def test_gradient_accumulation_no_grad_and_retain_grad():
     torch.testing.assert_close(ww.grad.cpu(), wc.grad)
     torch.testing.assert_close(ww.detach().cpu(), wc.detach())
     assert h.grad is not None
+
+
+def test_moving_a_model_off_wse_keeps_its_parameters_and_ties():
+    """model.cpu() changes the device of the same Parameter objects, as CUDA -> CPU does (Note
+    [Parameters leaving wse]): the optimizer made on wse goes on training the model, and the
+    head tied to the embedding stays tied. They were new Parameter objects."""
+    torch.manual_seed(0)
+    model = TiedDropout(p=0.0).to("wse")
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    params = list(model.parameters())
+    idx = torch.randint(0, 40, (2, 5))
+    model(idx.to("wse")).sum().backward()
+    opt.step()
+    lazydev.mark_step()
+    want = copy.deepcopy(model).cpu()       # from a copy: the reference path
+    model.cpu()
+    assert [p is q for p, q in zip(model.parameters(), params)] == [True] * len(params)
+    assert model.head.weight is model.emb.weight
+    assert all(p.device.type == "cpu" and p.grad.device.type == "cpu" for p in params)
+    assert_same(model.emb.weight, want.emb.weight)
+    before = model.emb.weight.detach().clone()
+    model.zero_grad()
+    model(idx).sum().backward()
+    opt.step()
+    assert not torch.equal(before, model.emb.weight.detach())   # the optimizer reaches it
+    model.to("wse")
+    assert [p is q for p, q in zip(model.parameters(), params)] == [True] * len(params)
