@@ -82,3 +82,55 @@ def test_sgd_gives_the_cpus_parameters_bit_for_bit(kw):
         ow.step()
         lazydev.mark_step()
     assert all(torch.equal(p.detach(), q.detach().cpu()) for p, q in zip(cpu, wse))
+
+
+_BY_NUMBERS = {
+    "maximum_ by a number": lambda l: torch._foreach_maximum_(l, 0.25),
+    "minimum by numbers": lambda l: torch._foreach_minimum(l, [0.5, float("nan")]),
+    "maximum by an int": lambda l: torch._foreach_maximum(l, 2),
+    "addcmul_ by a tensor of scalars": lambda l: torch._foreach_addcmul_(
+        l, l, l, torch.tensor([0.1, 0.2])),
+    "addcdiv by a tensor of ints": lambda l: torch._foreach_addcdiv(l, l, l, torch.tensor([1, 2])),
+    "addcdiv by 3 scalars for 2 tensors": lambda l: torch._foreach_addcdiv(
+        l, l, l, torch.tensor([1.0, 2.0, 3.0])),
+    "addcdiv by a 2-d tensor": lambda l: torch._foreach_addcdiv(l, l, l, torch.ones(1, 2)),
+}
+
+
+@pytest.mark.parametrize("name", _BY_NUMBERS)
+def test_foreach_ops_by_numbers_match_cpu(name):
+    """_foreach_maximum/minimum by numbers (ATen's clamps) and addcmul/addcdiv by a tensor of
+    scalars raised TypeError (torch.maximum refused the number; addcmul got four arguments)."""
+    got = []
+    for d in ("cpu", "wse"):
+        tensors = [torch.tensor([0.5, 3.0, -1.0], device=d), torch.tensor([2.0, -0.5], device=d)]
+        try:
+            out = _BY_NUMBERS[name](tensors)
+            got.append([t.cpu() for t in (tensors if out is None else out)])
+        except RuntimeError as e:
+            got.append(str(e))
+    if isinstance(got[0], str):
+        assert got[1] == got[0]
+    else:
+        torch.testing.assert_close(got[1], got[0], atol=0, rtol=0, equal_nan=True)
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def test_asgd_capturable_foreach_matches_cpu():
+    """ASGD(capturable=True, foreach=True) clamps with _foreach_maximum_ by a number."""
+    torch.manual_seed(0)
+    cpu = _model()
+    wse = _model()
+    wse.load_state_dict(cpu.state_dict())
+    wse = wse.to("wse")
+    oc = torch.optim.ASGD(cpu.parameters(), lr=0.01)
+    ow = torch.optim.ASGD(wse.parameters(), lr=0.01, capturable=True, foreach=True)
+    for _ in range(3):
+        x = torch.randn(5, 8)
+        for model, opt, xx in ((cpu, oc, x), (wse, ow, x.to("wse"))):
+            opt.zero_grad()
+            model(xx).square().mean().backward()
+            opt.step()
+        lazydev.mark_step()
+    for a, b in zip(cpu.parameters(), wse.parameters()):
+        assert_same(b, a)

@@ -588,6 +588,13 @@ def _write_back(target, res):
 def foreach_op(func, args, kwargs):
     """_foreach_X(lists...) -> [X(elements...)], recorded per element (tensor/foreach.py; the
     generic path below calls the element op through torch for the overloads it cannot map)."""
+    if func._overloadname == "Tensor" and len(args) == 4:
+        # addcmul/addcdiv by a tensor of scalars: ATen reads it into a list of numbers
+        # (convert_tensor_to_scalar_list), so the call is its ScalarList overload. A tensor that
+        # does not fit raises here; dispatch raises the CPU's error instead (meta.users_error).
+        if args[3].dim() != 1 or len(args[3]) != len(args[0]):
+            raise ValueError(f"{func}: {args[3].shape} scalars for {len(args[0])} tensors")
+        return dispatch(func.overloadpacket.ScalarList, (*args[:3], args[3].tolist()), kwargs)
     out = _planned_foreach(func, args, kwargs)
     if out is NotImplemented:
         out = foreach.run(func, args, kwargs, dispatch)

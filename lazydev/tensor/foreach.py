@@ -22,6 +22,10 @@ aten = torch.ops.aten
 _OVERLOADS = {"List": ("Tensor",), "Scalar": ("Scalar", "default"),
               "ScalarList": ("Scalar", "default"), "default": ("default",)}
 _LAYOUTS: dict = {}     # foreach OpOverload -> (element OpOverload, per-arg layout) or None
+# Element ops by another name: ATen's _foreach_maximum/minimum by numbers are clamps (there is no
+# maximum(Tensor, Scalar); torch.maximum refused the number).
+_BY_NUMBER = {"maximum": "clamp_min", "maximum_": "clamp_min_", "minimum": "clamp_max",
+              "minimum_": "clamp_max_"}
 
 
 def register() -> None:
@@ -38,6 +42,8 @@ def layout(func):
         return _LAYOUTS[func]
     found = None
     name = func._schema.name.split("::")[1][len("_foreach_"):]
+    if func._overloadname in ("Scalar", "ScalarList"):
+        name = _BY_NUMBER.get(name, name)
     packet = getattr(aten, name, None)
     if packet is not None:
         for ov in _OVERLOADS.get(func._overloadname, ()):
