@@ -1,4 +1,6 @@
 """The wse device from a user's side: creation, transfers, printing, laziness, value semantics."""
+import warnings
+
 import pytest
 import torch
 
@@ -435,18 +437,36 @@ _OVERLAP_WRITES = {
     "fill_": lambda x: x.fill_(2.0), "zero_": lambda x: x.zero_(),
     "masked_fill_": lambda x: x.masked_fill_(torch.ones(2, 3, dtype=torch.bool, device=x.device),
                                              1.0),
-    "setitem one": lambda x: x.__setitem__(0, 5.0), "tril_": lambda x: x.tril_()}
+    "setitem one": lambda x: x.__setitem__(0, 5.0), "tril_": lambda x: x.tril_(),
+    # allowed, with writes that differ between the elements over one location: each location
+    # keeps what the CPU's element loop left there (wse kept one element's result: a[0] = v was
+    # undone by row 1's old value)
+    "index_put_": lambda x: x.index_put_((torch.tensor([0], device=x.device),),
+                                         torch.tensor([1.0, 2.0, 3.0], device=x.device)),
+    "index_put_ accumulate": lambda x: x.index_put_(
+        (torch.tensor([0, 1], device=x.device),), torch.arange(6.0, device=x.device).view(2, 3),
+        accumulate=True),
+    "setitem by mask": lambda x: x.__setitem__(
+        torch.tensor([[True, False, False], [False, True, False]], device=x.device), 4.0),
+    "masked_fill_ by rows": lambda x: x.masked_fill_(
+        torch.tensor([[True, False, False], [False, True, False]], device=x.device), 7.0),
+    "masked_fill_ tensor": lambda x: x.masked_fill_(
+        torch.tensor([[False, False, True], [True, False, False]], device=x.device),
+        torch.tensor(5.0, device=x.device)),
+    "index_fill_": lambda x: x.index_fill_(1, torch.tensor([2], device=x.device), -1.0)}
 
 
 @pytest.mark.parametrize("name", _OVERLAP_WRITES)
 def test_writing_an_expanded_tensor_raises_or_not_as_on_the_cpu(name):
     """x.expand(...).add_(1) wrote on wse where the CPU refuses (each element of the storage
-    would get one of several results); fill_, zero_, masked_fill_, ... are allowed."""
+    would get one of several results); fill_, zero_, masked_fill_, index_put_, ... are allowed."""
     outcome = {}
     for dev in ("cpu", "wse"):
-        x = torch.zeros(1, 3, device=dev).expand(2, 3)
+        x = torch.tensor([[10.0, 20.0, 30.0]], device=dev).expand(2, 3)
         try:
-            _OVERLAP_WRITES[name](x)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")     # the CPU's deprecation of index_put_ here
+                _OVERLAP_WRITES[name](x)
             outcome[dev] = x.cpu()
         except RuntimeError as e:
             outcome[dev] = str(e)
@@ -455,3 +475,16 @@ def test_writing_an_expanded_tensor_raises_or_not_as_on_the_cpu(name):
         assert outcome["wse"] == outcome["cpu"]
     else:
         assert_same(outcome["wse"], outcome["cpu"])
+
+
+def test_a_list_of_wse_scalars_makes_a_tensor():
+    """torch.tensor([losses...]) reads each 0-d wse tensor as .item() does (it raised
+    NotImplementedError: torch.tensor reaches _local_scalar_dense below the Python key)."""
+    for make in (torch.tensor, torch.as_tensor):
+        losses = [torch.tensor(0.5, device="wse") * 3, torch.tensor(2, device="wse")]
+        got = make(losses)
+        assert_same(got, make([torch.tensor(1.5), torch.tensor(2)]))
+    nested = torch.tensor([[torch.tensor(1.0, device="wse")], [torch.tensor(-2.0, device="wse")]],
+                          device="wse")
+    assert nested.device.type == "wse"
+    assert_same(nested.cpu(), torch.tensor([[1.0], [-2.0]]))

@@ -1,8 +1,6 @@
 """In-place growth (resize_, set_), complex tensors aliasing their real views, and selections by a
 mask (masked_select, masked_scatter, nonzero_static, unique_consecutive, allclose): results and
 fallback counts against the CPU, on non-contiguous and empty inputs too."""
-import warnings
-
 import pytest
 import torch
 
@@ -224,36 +222,3 @@ def test_allclose():
     with pytest.raises(RuntimeError):
         torch.allclose(w, w.double())
 
-
-_SHARED = {   # in-place ops the CPU lets write to an expanded tensor (it warns for index_put_)
-    "index_put_": lambda e, d: e.index_put_((torch.tensor([0], device=d),),
-                                            torch.tensor([1.0, 2.0, 3.0], device=d)),
-    "index_put_ accumulate": lambda e, d: e.index_put_(
-        (torch.tensor([0, 1], device=d),), torch.arange(6.0, device=d).view(2, 3),
-        accumulate=True),
-    "setitem by mask": lambda e, d: e.__setitem__(
-        torch.tensor([[True, False, False], [False, True, False]], device=d), 4.0),
-    "masked_fill_": lambda e, d: e.masked_fill_(
-        torch.tensor([[True, False, False], [False, True, False]], device=d), 7.0),
-    "masked_fill_ tensor": lambda e, d: e.masked_fill_(
-        torch.tensor([[False, False, True], [True, False, False]], device=d),
-        torch.tensor(5.0, device=d)),
-    "index_fill_": lambda e, d: e.index_fill_(1, torch.tensor([2], device=d), -1.0),
-    "tril_": lambda e, d: e.tril_(),
-    "fill_": lambda e, d: e.fill_(2.0),
-}
-
-
-@pytest.mark.parametrize("name", _SHARED)
-def test_writes_to_an_expanded_tensor_reach_its_memory_as_on_the_cpu(name):
-    """Each shared location keeps what the CPU's element loop left there (wse used to keep one
-    element's functional result per location: index_put_ of row 0 was undone by row 1)."""
-    got = []
-    for d in ("cpu", "wse"):
-        base = torch.arange(3.0, device=d) * 10
-        expanded = base.expand(2, 3)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")     # the CPU's deprecation warning, as on the CPU
-            _SHARED[name](expanded, d)
-        got.append((base.cpu(), expanded.cpu()))
-    torch.testing.assert_close(got[1], got[0], atol=0, rtol=0)

@@ -192,6 +192,14 @@ def _copy_from(src, dst, non_blocking=False):
     return SPECIAL[torch.ops.aten.copy_.default](None, (dst, src), {})
 
 
+@state.recorder
+def _local_scalar_dense(t):
+    # Reached the same way for each element of torch.tensor([wse 0-d tensors]) (a list of
+    # losses): it reads the numbers, as .item() does.
+    from .dispatch import SPECIAL
+    return SPECIAL[torch.ops.aten._local_scalar_dense.default](None, (t,), {})
+
+
 # Note [Loading onto wse]
 # torch.load(f, map_location="wse") moves each saved storage with storage.to("wse"), which needs
 # a device allocator that gives memory; lazydev's refuses (Note [The device's C++ side] in
@@ -233,6 +241,7 @@ def register(amp_dtypes=list) -> None:
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    _lib.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
     _lib.impl("_efficientzerotensor", _zeros, "PrivateUse1")
     for name in ("arange", "arange.start", "arange.start_step"):
         _lib.impl(name, _arange, "PrivateUse1")
