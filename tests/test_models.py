@@ -359,3 +359,21 @@ def test_moving_a_model_off_wse_keeps_its_parameters_and_ties():
     assert not torch.equal(before, model.emb.weight.detach())   # the optimizer reaches it
     model.to("wse")
     assert [p is q for p, q in zip(model.parameters(), params)] == [True] * len(params)
+
+
+def test_a_model_with_old_style_weight_norm_moves_to_wse_and_trains():
+    """torch.nn.utils.weight_norm keeps `weight` computed from weight_g, so swapping weight_g
+    into a wse tensor is refused: .to("wse") raised "Couldn't swap Linear.weight_g". It moves
+    with new Parameter objects instead (Note [Parameters leaving wse])."""
+    def build():
+        torch.manual_seed(0)
+        with pytest.warns(FutureWarning):
+            return nn.Sequential(nn.utils.weight_norm(nn.Linear(5, 3)), nn.Tanh())
+    cpu, wse = build(), build().to("wse")
+    assert wse[0].weight_g.device.type == "wse"
+    x = torch.randn(4, 5)
+    for model, xx in ((cpu, x), (wse, x.to("wse"))):
+        model(xx).square().sum().backward()
+    for a, b in zip(cpu.parameters(), wse.parameters()):
+        assert_same(b.grad, a.grad)
+    assert lazydev.metrics.counters()["fallbacks"] == {}

@@ -229,3 +229,44 @@ def test_node_keys_tell_minus_one_from_minus_two():
     x = torch.randn(2, 3, 4, 5)
     assert_same(F.pad(x.to("wse"), (2, 1, 1, 3), mode="replicate"),
                 F.pad(x, (2, 1, 1, 3), mode="replicate"))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_weight_norm_backward(dim):
+    """_weight_norm_interface_backward is the vjp of its forward (it ran on the CPU: a sync in
+    every step of a weight-normed model)."""
+    torch.manual_seed(0)
+    v, g_shape = torch.randn(4, 3, 5), [1, 1, 1]
+    g_shape[dim] = v.shape[dim]
+    g = torch.rand(g_shape) + 0.5
+    run_both(lambda v, g: torch._weight_norm(v, g, dim), v.requires_grad_(), g.requires_grad_())
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.5])
+def test_embedding_max_norm_renormalises_the_rows_it_reads(norm_type):
+    """nn.Embedding(max_norm=...) renormalises the named rows of its weight in place
+    (embedding_renorm_ ran on the CPU); a row named twice is scaled once."""
+    torch.manual_seed(0)
+    weight = torch.randn(10, 4) * 2
+    idx = torch.tensor([[1, 2, 2], [7, 1, 0]])
+    outs = []
+    for d in ("cpu", "wse"):
+        w = weight.to(d, copy=True).requires_grad_()
+        out = F.embedding(idx.to(d), w, max_norm=1.0, norm_type=norm_type)
+        out.square().sum().backward()
+        outs.append((out.detach().cpu(), w.detach().cpu(), w.grad.cpu()))
+    assert not torch.equal(outs[0][1], weight)          # rows were renormalised
+    torch.testing.assert_close(outs[1], outs[0])
+    assert fallbacks() == {}
+
+
+@pytest.mark.parametrize("idx", [[11], [-11]])
+def test_embedding_max_norm_index_errors_are_the_cpus(idx):
+    """embedding_renorm_ selects each row (its own message for an index out of range)."""
+    errors = []
+    for d in ("cpu", "wse"):
+        with pytest.raises(IndexError) as e:
+            F.embedding(torch.tensor(idx, device=d), torch.randn(10, 4, device=d),
+                        max_norm=1.0).cpu()
+        errors.append(str(e.value))
+    assert errors[1] == errors[0]

@@ -1,4 +1,4 @@
-"""ATen composite ops whose torch._decomp form rounds otherwise than the CPU's.
+"""ATen composite ops whose torch._decomp form rounds otherwise than the CPU's, or that it lacks.
 
 logsumexp: torch._decomp's computes a half-precision input in float (its type-promotion
 wrapper) and rounds once; ATen's logsumexp_out_impl runs amax, sub, exp, sum, log and add in the
@@ -10,6 +10,9 @@ var, std (and var_mean, std_mean): torch._decomp's work in the input's dtype; AT
 (std_var_kernel_impl) accumulates float32 and half inputs in double and rounds the result once.
 The std of [1e20, 2e20, 3e20] is 1e20 on the CPU; in float32 its variance, 1e40, overflows and
 wse gave inf.
+
+embedding_renorm (nn.Embedding(max_norm=...)): no decomposition, so it ran on the CPU, a sync
+in every step.
 """
 from __future__ import annotations
 
@@ -48,3 +51,15 @@ def _in_double(op):
 for _op in (aten.var.correction, aten.std.correction, aten.var_mean.correction,
             aten.std_mean.correction):
     decomposition(_op)(_in_double(_op))
+
+
+@decomposition(aten.embedding_renorm.default)
+def embedding_renorm(weight, indices, max_norm: float, norm_type: float):
+    """ATen's embedding_renorm_: each row `indices` names whose norm exceeds max_norm is scaled
+    by max_norm / (norm + 1e-7), the scale computed in double as there. A row named twice is
+    written twice with the same values."""
+    rows = indices.reshape(-1)
+    picked = weight.index_select(0, rows)
+    norms = torch.linalg.vector_norm(picked, norm_type, dim=1, keepdim=True).double()
+    scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)
+    return weight.index_put((rows,), picked * scale)

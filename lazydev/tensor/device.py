@@ -168,7 +168,9 @@ def _eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
 def _on_host(op):
     """A factory whose values depend on no device data, made on the CPU and uploaded: for
     ops PyTorch has no PrivateUse1 kernel for (tril_indices raised NotImplementedError,
-    kaiser_window failed an internal assert)."""
+    kaiser_window failed an internal assert), and linspace/logspace, whose linspace.out ran as
+    a counted fallback (with the CPU's values bit for bit, which a lowering would have to
+    reproduce: ATen steps from both ends)."""
     @state.recorder
     def run(*args, dtype=None, layout=None, device=None, pin_memory=None, **kwargs):
         from .dispatch import _upload
@@ -248,7 +250,7 @@ def register(amp_dtypes=list) -> None:
     for name in ("eye", "eye.m"):
         _lib.impl(name, _eye, "PrivateUse1")
     for name in ("tril_indices", "triu_indices", "kaiser_window", "kaiser_window.periodic",
-                 "kaiser_window.beta"):
+                 "kaiser_window.beta", "linspace", "logspace"):
         packet, _, overload = name.partition(".")
         op = getattr(getattr(torch.ops.aten, packet), overload or "default")
         _lib.impl(name, _on_host(op), "PrivateUse1")

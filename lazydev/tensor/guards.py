@@ -161,6 +161,15 @@ _WEIGHT = "weight tensor should be defined either for all or no classes"
 _WEIGHT_OF_C = ("weight tensor should be defined either for all {classes} classes or no classes "
                 "but got weight tensor of shape: {shape}")
 
+def _renorm(args, kwargs):
+    """embedding_renorm(weight, indices, ...): ATen selects each named row, so an index may be
+    negative, as in weight[i]; the embedding after it refuses those."""
+    rows = args[0].shape[0]
+    cid = checks.message(IndexError, "select(): index {value} out of range for tensor of size "
+                         f"{list(args[0].shape)} at dimension 0")
+    return _replace(args, 1, _checked(args[1], rows, cid, -rows, wrap=True)), kwargs
+
+
 RULES: dict = {
     **{op: _along_dim(RuntimeError, _BOUNDS)
        for op in (aten.gather.default, aten.scatter.src, aten.scatter.value, aten.scatter.reduce,
@@ -174,6 +183,7 @@ RULES: dict = {
     aten.take.default: _flat,
     aten.put.default: _flat,
     aten.embedding.default: _embedding,
+    aten.embedding_renorm.default: _renorm,
     aten._embedding_bag.default: _bag,
     aten._embedding_bag_forward_only.default: _bag,
     aten.max_unpool2d.default: _unpool,

@@ -1,4 +1,4 @@
-"""Moving an nn.Module off wse keeps its Parameter objects, as moving one off CUDA does.
+"""Moving an nn.Module to or from wse keeps its Parameter objects where CUDA's would.
 
 Note [Parameters leaving wse]
 nn.Module._apply (what .cpu(), .to(device), .double() run) keeps each Parameter object when the
@@ -9,17 +9,24 @@ objects. An optimizer made before `model.cpu()` then updated the old, detached w
 model no longer trained), and weights tied by identity (an embedding and its LM head) came
 apart. PyTorch's own answer is swapping for every module (`torch.__future__`'s
 swap_module_params_on_conversion, off by default); a module holding wse tensors gets it for its
-conversions, so the same objects change device as on CUDA. Where a swap is refused (a tensor
-something else still references in C++, such as a graph kept with retain_graph), the move runs
-PyTorch's default way, with new objects, rather than failing.
+conversions, so the same objects change device as on CUDA.
+A swap is refused for a tensor something else references in C++: the old-style
+`torch.nn.utils.weight_norm` keeps `weight` computed from `weight_g`, so `.to("wse")` of such a
+module raised "Couldn't swap Linear.weight_g". Those conversions run again without swapping:
+new Parameter objects, which is what PyTorch does for a device whose tensors cannot trade
+places in memory (XLA's). (A user who turned swapping on gets PyTorch's error, as on the CPU.)
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
+from torch.nn.modules import module as _module
 
 from .wse_tensor import WseTensor
 
 _plain_apply = torch.nn.Module._apply
+_inside = [False]       # an _apply below the first: the first has chosen for the whole tree
 
 
 def _holds_wse(module: torch.nn.Module) -> bool:
@@ -27,19 +34,45 @@ def _holds_wse(module: torch.nn.Module) -> bool:
         any(isinstance(t, WseTensor) for t in module.buffers())
 
 
-def _apply(self, fn, recurse=True):
+@contextlib.contextmanager
+def _swapping(wanted: bool):
     future = torch.__future__
-    if future.get_swap_module_params_on_conversion() or not _holds_wse(self):
-        return _plain_apply(self, fn, recurse)
-    future.set_swap_module_params_on_conversion(True)
+    was = future.get_swap_module_params_on_conversion()
+    future.set_swap_module_params_on_conversion(was or wanted)
     try:
-        return _plain_apply(self, fn, recurse)
-    except RuntimeError as e:
-        if "Couldn't swap" not in str(e):
-            raise
+        yield
     finally:
-        future.set_swap_module_params_on_conversion(False)
-    return _plain_apply(self, fn, recurse)     # the tensors swapped so far are moved already
+        future.set_swap_module_params_on_conversion(was)
+
+
+@contextlib.contextmanager
+def _never_swapping():
+    """_apply without swaps, even into wse's wrapper subclass: new Parameters where
+    `param.data = new` cannot be done (its module-level name is what _apply looks up)."""
+    original = _module.is_traceable_wrapper_subclass
+    _module.is_traceable_wrapper_subclass = lambda t: False
+    try:
+        with _swapping(False):
+            yield
+    finally:
+        _module.is_traceable_wrapper_subclass = original
+
+
+def _apply(self, fn, recurse=True):
+    if _inside[0] or torch.__future__.get_swap_module_params_on_conversion():
+        return _plain_apply(self, fn, recurse)      # the user's own choice to swap is kept
+    _inside[0] = True
+    try:
+        try:
+            with _swapping(_holds_wse(self)):
+                return _plain_apply(self, fn, recurse)
+        except RuntimeError as e:
+            if "Couldn't swap" not in str(e):
+                raise
+        with _never_swapping():     # the tensors swapped so far are where they should be
+            return _plain_apply(self, fn, recurse)
+    finally:
+        _inside[0] = False
 
 
 def register() -> None:

@@ -259,6 +259,15 @@ def _grid_sampler_2d(a):
                mask=tuple(a["output_mask"]), single=False)
 
 
+@rule(aten._weight_norm_interface_backward.default)
+def _weight_norm(a):
+    """nn.utils.parametrizations.weight_norm's backward (it fell back to the CPU: a sync in the
+    middle of every training step)."""
+    def fwd(v, g):
+        return _decomp(aten._weight_norm_interface.default)(v, g, a["dim"])
+    return Vjp(fwd, [a["saved_v"], a["saved_g"]], [], [a["grad_w"]], single=False)
+
+
 @decomposition(aten.multilabel_margin_loss_forward.default)
 def _multilabel_margin_loss_forward(x, target, reduction):
     """torch._decomp's formula with its bug fixed: target slots after a row's first -1 were
