@@ -304,3 +304,33 @@ def test_switches_from_the_environment_read_words_and_refuse_others(monkeypatch,
     monkeypatch.setenv(var, "maybe")
     with pytest.raises(ValueError, match=f"^{var}='maybe': takes 1 or 0"):
         Config()
+
+
+def test_a_cap_below_one_entry_keeps_the_program_just_built(fresh_cache):
+    """Eviction after a build removed that very entry when the cap was below its size (or
+    another process's was), and opening it raised FileNotFoundError."""
+    old = lazydev.config.cache_max_bytes
+    lazydev.config(cache_max_bytes=1000)
+    try:
+        assert _square_sum(7) == sum(k * k for k in range(7))
+        assert _square_sum(8) == sum(k * k for k in range(8))
+    finally:
+        lazydev.config(cache_max_bytes=old)
+    assert len(_entries(lazydev.config.cache_dir)) == 1       # the newest stays
+
+
+def test_an_unusable_cache_directory_warns_and_builds_without_it(tmp_path):
+    """A cache directory through a file (or unwritable, or on a full disk) made every compile
+    raise NotADirectoryError, losing the step's values; the C++ side's build blamed g++."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = textwrap.dedent("""
+        import torch, lazydev
+        print((torch.arange(5.0, device="wse") * 2).tolist())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=script_env(blocker / "cache"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[0.0, 2.0, 4.0, 6.0, 8.0]"
+    assert "cannot be used (NotADirectoryError" in proc.stderr
+    assert "C++ side" not in proc.stderr

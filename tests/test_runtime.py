@@ -1379,3 +1379,57 @@ def test_a_loop_that_never_reads_leaves_at_most_max_queued_steps_unfinished(monk
         unfinished.append(sum(not t.done.is_set() for t in Q.EXEC._inflight))
     assert max(unfinished) == keep and unfinished[-1] == keep
     assert_same(x, want)
+
+
+def test_a_failed_step_is_reported_within_the_queue_bound(monkeypatch):
+    """A step failing on the device raises at a mark_step at most max_queued_steps later, with
+    a note saying how many queued programs were cancelled; the loop then goes on as usual. The
+    failure waited for the backlog to grow, which the worker, running the cancelled programs at
+    once, kept empty: steps 5 to 11 were dropped and the error came at step 11 or the last
+    read, depending on timing."""
+    monkeypatch.setattr(lazydev.config, "max_queued_steps", 2)
+    p = torch.zeros(1, device="wse")
+    table = torch.arange(10.0, device="wse")
+    lazydev.mark_step()
+    raised = []
+    for i in range(12):
+        try:
+            p.add_(1)
+            p.add_(table[torch.tensor([11 if i == 4 else 3], device="wse")] * 0)
+            lazydev.mark_step()
+        except IndexError as e:
+            raised.append((i, e))
+    (at, error), = raised
+    assert 4 <= at <= 4 + 2
+    lost = at - 4          # the steps queued behind the failed one, cancelled
+    if lost:
+        assert f"{'the program' if lost == 1 else f'the {lost} programs'} queued after it" \
+            in " ".join(error.__notes__)
+    assert p.item() == 12 - 1 - lost
+
+
+def test_only_the_programs_run_last_keep_their_arenas():
+    """Each shape's program kept its arena for the life of the process: device memory grew
+    with the number of shapes a loop met (Note [Arenas of idle programs])."""
+    from lazydev import compile as lzc
+    w = torch.randn(64, 64, device="wse")
+    for n in range(1, 3 * lzc.ARENAS_KEPT):
+        x = torch.randn(n * 4, 64, device="wse")
+        ((x @ w).relu() @ w).sum().item()
+    lazydev.wait()
+    with_arena = [c for c in lzc._programs.values() if c.arena is not None]
+    assert 0 < len(with_arena) <= lzc.ARENAS_KEPT
+    again = torch.randn(4, 64, device="wse")            # the first shape: its arena again
+    torch.testing.assert_close(((again @ w).relu() @ w).sum().cpu(),
+                               ((again.cpu() @ w.cpu()).relu() @ w.cpu()).sum())
+
+
+def test_a_result_read_and_kept_does_not_hold_its_step_s_graph():
+    """losses.append(loss) after loss.item(): the tensor's cached node reached the whole step's
+    IR (50 KB a step for 320 ops)."""
+    w = torch.randn(8, 8, device="wse")
+    loss = torch.tanh(w @ w).sum()
+    assert loss._lz_cache is not None            # the node it was made as, while pending
+    lazydev.mark_step()
+    loss.item()
+    assert loss._lz_cache is None

@@ -3,6 +3,7 @@ plan memory, generate C, build; then run on the device runtime."""
 from __future__ import annotations
 
 import atexit
+import collections
 import time
 import warnings
 
@@ -40,6 +41,7 @@ class Compiled:
         outs = [b if b is not None else Buffer(nb) for b, nb in zip(outs, lay.out_nbytes)]
         if self.arena is None or self.arena.nbytes < lay.arena_bytes:
             self.arena = Buffer(lay.arena_bytes)
+        _keep_arena(self)
         bufs = [inputs[s] for s in lay.input_slots] + outs + [self.arena]
         job = _Job(self.program.start(bufs, scalars), self.stats)
         # Queued even with config.async_exec off: runs queued before it (the rest of a step
@@ -50,6 +52,25 @@ class Compiled:
             b.ticket, b.ready = ticket, ready         # for this run (Note [Early reads])
         ins = bufs[:len(lay.input_slots)]
         return [outs[k] if kind == "new" else ins[k] for kind, k in lay.out_map]
+
+
+# Note [Arenas of idle programs]
+# A program's arena (the buffer its intermediates are planned into, program.plan_arena) was kept
+# for the life of the process, so every shape a loop met kept one: 60 sequence lengths of a
+# small two-layer step held 117 MiB of arenas beside a 1 MiB weight (device memory grew with
+# the number of shapes, and a capped device ran out). Only the ARENAS_KEPT programs run last
+# keep theirs between runs; another gets a new one when it runs again (one allocation). A
+# queued run holds the arena it was given, so dropping the program's reference never frees it
+# under a run.
+ARENAS_KEPT = 8
+_with_arena: collections.OrderedDict = collections.OrderedDict()    # id -> Compiled, LRU
+
+
+def _keep_arena(compiled: Compiled) -> None:
+    _with_arena.pop(id(compiled), None)
+    _with_arena[id(compiled)] = compiled
+    while len(_with_arena) > ARENAS_KEPT:
+        _with_arena.popitem(last=False)[1].arena = None
 
 
 class _Job:
@@ -228,7 +249,13 @@ def wait(buf: Buffer | None = None) -> list:
 
 def throttle(keep: int) -> list:
     """Wait until at most `keep` queued runs are unfinished (Note [Bounded queue] in
-    trace/sync.py); returns failed/cancelled tickets, as `wait` does."""
+    trace/sync.py); returns failed/cancelled tickets, as `wait` does. A failure already known
+    is reported at once, whatever the backlog: the queue cancels every program after a failed
+    one until it is reported, and the worker runs cancelled ones at once, so waiting for the
+    backlog to grow let a failure go unreported for as long as timing allowed (steps 5 to 11 of
+    a loop dropped, the error at step 11 or at the last read)."""
+    if EXEC.failed():
+        return EXEC.wait()
     ticket = EXEC.backlog(max(keep, 0))
     return [] if ticket is None else EXEC.wait(ticket)
 
@@ -245,4 +272,5 @@ def download(buf: Buffer, dtype, numel: int, start: int = 0):
 
 def clear_memory_cache() -> None:
     _programs.clear()
+    _with_arena.clear()
     _structures.clear()

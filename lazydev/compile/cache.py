@@ -91,9 +91,7 @@ def _valid(path: str) -> bool:
     if not ok:
         warnings.warn(f"lazydev: compile cache entry {os.path.basename(path)} is truncated or "
                       "corrupt; it is removed and rebuilt", CacheCorruptionWarning, stacklevel=2)
-        for p in (path, meta_path):
-            if os.path.exists(p):
-                os.unlink(p)
+        _remove(path)
     return ok
 
 
@@ -127,31 +125,65 @@ def load_or_build(source: list, load, summary: dict | None = None):
     """(program, built: bool). `load(path)` opens a shared object."""
     key = content_key(source)
     if not config.disk_cache:
-        tmp = os.path.join(tempfile.gettempdir(), f"lazydev-{os.getpid()}-{key}.so")
-        build.build(source, tmp)
-        try:
-            return load(tmp), True
-        finally:
-            os.unlink(tmp)
+        return _build_private(source, key, load), True
+    try:
+        return _load_or_build_on_disk(source, key, load, summary or {})
+    except OSError as e:            # Note [An unusable cache directory]
+        if isinstance(e, FileNotFoundError) and os.path.isdir(config.cache_dir):
+            raise
+        warnings.warn(f"lazydev: the compile cache directory {config.cache_dir} cannot be used "
+                      f"({type(e).__name__}: {e}); building without the disk cache. Set "
+                      "LAZYDEV_CACHE_DIR to a writable directory with free space, or "
+                      "LAZYDEV_CACHE=0.", RuntimeWarning, stacklevel=2)
+        return _build_private(source, key, load), True
+
+
+# Note [An unusable cache directory]
+# A cache directory that cannot be written (a path through a file, no permission, a full disk)
+# made every compile raise the OSError, and the step's values were lost with it. The program is
+# built in the temporary directory instead, as with LAZYDEV_CACHE=0, with a warning.
+# An entry another process evicts between our finding it and opening it is a miss, and one it
+# evicts between our publishing it and opening it is opened from a private build: the cache is
+# shared, and the other process's cap may be smaller than one entry.
+
+
+def _build_private(source: list, key: str, load):
+    tmp = os.path.join(tempfile.gettempdir(), f"lazydev-{os.getpid()}-{key}.so")
+    build.build(source, tmp)
+    try:
+        return load(tmp)
+    finally:
+        os.unlink(tmp)
+
+
+def _load_or_build_on_disk(source: list, key: str, load, summary: dict):
     path = so_path(key)
-    if os.path.exists(path) and _valid(path):
-        os.utime(path)                   # LRU: mtime is the last use
-        return _open(path, load), False
+    try:
+        if os.path.exists(path) and _valid(path):
+            os.utime(path)                   # LRU: mtime is the last use
+            return _open(path, load), False
+    except FileNotFoundError:               # evicted by another process meanwhile: a miss
+        pass
     os.makedirs(os.path.dirname(path), exist_ok=True)
     part = f"{path}.{os.getpid()}.part"     # per process: two builders never share a file
     build.build(source, part)
-    _record_and_publish(path, part, summary or {})
-    _evict_after_build(os.path.getsize(path))
-    return _open(path, load), True
+    size = _record_and_publish(path, part, summary)
+    try:
+        program = _open(path, load)
+    except FileNotFoundError:               # another process evicted it already
+        program = _build_private(source, key, load)
+    _evict_after_build(size, keep=path)     # never the entry just built, if over the cap alone
+    return program, True
 
 
-def _record_and_publish(path: str, part: str, summary: dict) -> None:
+def _record_and_publish(path: str, part: str, summary: dict) -> int:
     # The json describes the .so about to appear; write it first so a reader never finds a
     # .so without its checksum (it would take it for corrupt and rebuild: safe, only slower).
     meta = dict(summary, sha256=file_sha(part), size=os.path.getsize(part), built=time.time(),
                 command=" ".join(build.command("<source>.c", os.path.basename(path))))
     write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
     os.replace(part, path)
+    return meta["size"]
 
 
 def _files():
@@ -194,19 +226,20 @@ def entries() -> list[dict]:
 _scanned = {"dir": None, "bytes": 0}
 
 
-def _evict_after_build(size: int) -> None:
+def _evict_after_build(size: int, keep: str) -> None:
     cap = config.cache_max_bytes
     if _scanned["dir"] == config.cache_dir and _scanned["bytes"] + size <= cap:
         _scanned["bytes"] += size
         return
-    _scanned.update(dir=config.cache_dir, bytes=_evict(cap)[1])
+    _scanned.update(dir=config.cache_dir, bytes=_evict(cap, keep)[1])
 
 
-def _evict(cap: int) -> tuple[int, int]:
-    """(entries removed, bytes left): least-recently-used entries go until the cache is under
-    `cap` bytes. One scan of the cache."""
-    items = sorted(_files(), key=lambda f: f[2])
-    total = sum(f[1] for f in items)
+def _evict(cap: int, keep: str | None = None) -> tuple[int, int]:
+    """(entries removed, bytes left): least-recently-used entries but `keep` go until the cache
+    is under `cap` bytes. One scan of the cache."""
+    files = list(_files())
+    total = sum(f[1] for f in files)
+    items = sorted((f for f in files if f[0] != keep), key=lambda f: f[2])
     removed = 0
     while items and total > cap:
         path, size, _ = items.pop(0)
@@ -218,8 +251,10 @@ def _evict(cap: int) -> tuple[int, int]:
 
 def _remove(path: str) -> None:
     for p in (path, path[:-3] + ".json"):
-        if os.path.exists(p):
+        try:
             os.unlink(p)
+        except FileNotFoundError:       # removed by another process meanwhile
+            pass
 
 
 def evict(cap: int | None = None) -> int:

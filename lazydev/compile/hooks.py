@@ -80,7 +80,12 @@ def _built(name: str, announce: str = "") -> str:
     if not _intact(path):
         if announce:
             log.emit("cache", announce)
-        _build(name, path)
+        try:
+            _build(name, path)
+        except OSError:     # an unusable cache directory (Note [An unusable cache directory]
+            # in compile/cache.py): built for this process only; a missing g++ fails again
+            path = os.path.join(tempfile.mkdtemp(prefix="lazydev-"), os.path.basename(path))
+            _build(name, path)
     return path
 
 

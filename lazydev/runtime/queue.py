@@ -155,6 +155,11 @@ class ExecQueue:
                 counts[id(new)] = get(id(new), 0) + 1
         return counts
 
+    def failed(self) -> bool:
+        """Whether a job failed and its failure has not been reported yet (every job after it
+        is cancelled until then)."""
+        return self._failed or bool(self._unreported)
+
     def backlog(self, keep: int):
         """The ticket to wait for so that at most `keep` jobs stay unfinished (the newest
         `keep` run on), or None if no more than that are."""

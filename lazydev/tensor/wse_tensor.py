@@ -449,6 +449,9 @@ def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     sync.sync(reason, needed=st.node is not None or st.buf is None)
     if st.buf is None:
         _no_value(st)
+    # The cached node is of a trace that has been cut, and it reaches that whole graph: a
+    # loss read and then kept (losses.append(loss)) held 50 KB of a 320-op step's IR.
+    t._lz_cache = None
     size, stride, offset, _, dtype = t._lz_meta
     if not t._lz_full and dtype is st.dtype and t._lz_meta[3] == st.numel:
         # A view reads only the span it covers: one element of a 4M-element result must not

@@ -55,7 +55,14 @@ def _raise_failures(failed: list) -> None:
                 st.version += 1
                 if old is None:
                     st.error = f"{type(failed[0].error).__name__}: {failed[0].error}"
-    raise failed[0].error
+    error = failed[0].error
+    if len(failed) > 1:
+        later = "the program" if len(failed) == 2 else f"the {len(failed) - 1} programs"
+        error.add_note(
+            f"lazydev: the program that failed was queued by an earlier mark_step, and {later} "
+            f"queued after it, cancelled, undo their steps' updates too. With LAZYDEV_ASYNC=0, "
+            f"mark_step raises at the step that fails.")
+    raise error
 
 
 def _written(ticket, buf) -> bool:
