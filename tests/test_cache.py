@@ -334,3 +334,12 @@ def test_an_unusable_cache_directory_warns_and_builds_without_it(tmp_path):
     assert proc.stdout.strip() == "[0.0, 2.0, 4.0, 6.0, 8.0]"
     assert "cannot be used (NotADirectoryError" in proc.stderr
     assert "C++ side" not in proc.stderr
+
+
+def test_recompiles_from_a_changing_int_say_so(fresh_cache):
+    """A Python int operand is compiled in; recompiles from it warned 'input shapes keep
+    changing', which sent the user looking for a shape."""
+    w = torch.arange(4.0).to("wse")
+    with pytest.warns(UserWarning, match="a Python int operand"):
+        for step in range(lazydev.config.recompile_warn):
+            (w * step).sum().item()

@@ -141,9 +141,13 @@ def _count_structure(order: list[Node], info: dict) -> None:
     entry[0] += 1
     entry[1] = specs
     if entry[0] == config.recompile_warn:
+        why = ("input shapes keep changing; pad inputs to a few bucket sizes so that programs "
+               "are reused") if info["changed"] else (
+            "a constant compiled into it keeps changing while no input shape does: a Python "
+            "int operand (x * step) is compiled in, where a float is a runtime scalar; pass "
+            "such a number as a float or a 0-d tensor")
         warnings.warn(f"lazydev: one graph structure has been compiled {entry[0]} times because "
-                      "input shapes keep changing; pad inputs to a few bucket sizes so that "
-                      "programs are reused", stacklevel=4)
+                      f"{why}", stacklevel=4)
 
 
 def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:

@@ -7,7 +7,6 @@ How an op is handled is decided once per OpOverload (`_choose`) and cached in `_
 """
 from __future__ import annotations
 
-
 import torch
 from torch._decomp import decomposition_table
 from torch.utils import _pytree as pytree
