@@ -364,12 +364,15 @@ def test_moving_a_model_off_wse_keeps_its_parameters_and_ties():
 def test_a_model_with_old_style_weight_norm_moves_to_wse_and_trains():
     """torch.nn.utils.weight_norm keeps `weight` computed from weight_g, so swapping weight_g
     into a wse tensor is refused: .to("wse") raised "Couldn't swap Linear.weight_g". It moves
-    with new Parameter objects instead (Note [Parameters leaving wse])."""
+    with new Parameter objects instead, and says so (Note [Parameters leaving wse])."""
     def build():
         torch.manual_seed(0)
         with pytest.warns(FutureWarning):
             return nn.Sequential(nn.utils.weight_norm(nn.Linear(5, 3)), nn.Tanh())
-    cpu, wse = build(), build().to("wse")
+    cpu, wse = build(), build()
+    with pytest.warns(UserWarning, match=r"Linear.weight_g could not change device in place.*"
+                      "make it after moving the model"):
+        wse.to("wse")
     assert wse[0].weight_g.device.type == "wse"
     x = torch.randn(4, 5)
     for model, xx in ((cpu, x), (wse, x.to("wse"))):

@@ -14,11 +14,15 @@ A swap is refused for a tensor something else references in C++: the old-style
 `torch.nn.utils.weight_norm` keeps `weight` computed from `weight_g`, so `.to("wse")` of such a
 module raised "Couldn't swap Linear.weight_g". Those conversions run again without swapping:
 new Parameter objects, which is what PyTorch does for a device whose tensors cannot trade
-places in memory (XLA's). (A user who turned swapping on gets PyTorch's error, as on the CPU.)
+places in memory (XLA's), with a warning that an optimizer made before the move does not see
+them. (A user who turned swapping on gets PyTorch's error, as on the CPU.)
 """
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import warnings
 
 import torch
 from torch.nn.modules import module as _module
@@ -58,6 +62,18 @@ def _never_swapping():
         _module.is_traceable_wrapper_subclass = original
 
 
+def _caller_level() -> int:
+    """warnings.warn's stacklevel for the first frame outside torch and this file (the user's
+    model.to(...)), as seen from _apply; RNNs add a frame of their own _apply."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
 def _apply(self, fn, recurse=True):
     if _inside[0] or torch.__future__.get_swap_module_params_on_conversion():
         return _plain_apply(self, fn, recurse)      # the user's own choice to swap is kept
@@ -69,6 +85,12 @@ def _apply(self, fn, recurse=True):
         except RuntimeError as e:
             if "Couldn't swap" not in str(e):
                 raise
+            refused = str(e).rsplit("swap ", 1)[-1]
+        warnings.warn(
+            f"lazydev: {refused} could not change device in place (something else holds it: a "
+            "graph not yet run backward, a view of it, weight_norm's weight), so it and the "
+            "tensors after it are new Parameter objects: an optimizer made before this move "
+            "does not update them; make it after moving the model", stacklevel=_caller_level())
         with _never_swapping():     # the tensors swapped so far are where they should be
             return _plain_apply(self, fn, recurse)
     finally:
