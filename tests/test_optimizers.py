@@ -25,19 +25,16 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
 
 
-@pytest.mark.parametrize("opt_cls,kw", OPTIMIZERS, ids=[o.__name__ for o, _ in OPTIMIZERS])
-def test_optimizer_matches_cpu_through_foreach(opt_cls, kw, monkeypatch):
-    calls = []
-    original = dispatch.foreach_op
-    monkeypatch.setattr(dispatch, "foreach_op", lambda f, a, k: calls.append(f) or original(f, a, k))
-    dispatch._HANDLERS.clear()
+def _train_like_cpu(make_cpu_opt, make_wse_opt, steps: int) -> None:
+    """One model on the CPU and its copy on wse, each trained `steps` steps on the same batches
+    by its own optimizer; their parameters must then agree."""
     torch.manual_seed(0)
     cpu = _model()
     wse = _model()
     wse.load_state_dict(cpu.state_dict())
     wse = wse.to("wse")
-    oc, ow = opt_cls(cpu.parameters(), **kw), opt_cls(wse.parameters(), **kw)
-    for _ in range(4):
+    oc, ow = make_cpu_opt(cpu.parameters()), make_wse_opt(wse.parameters())
+    for _ in range(steps):
         x = torch.randn(5, 8)
         for model, opt, xx in ((cpu, oc, x), (wse, ow, x.to("wse"))):
             opt.zero_grad()
@@ -46,6 +43,15 @@ def test_optimizer_matches_cpu_through_foreach(opt_cls, kw, monkeypatch):
         lazydev.mark_step()
     for a, b in zip(cpu.parameters(), wse.parameters()):
         assert_same(b, a)
+
+
+@pytest.mark.parametrize("opt_cls,kw", OPTIMIZERS, ids=[o.__name__ for o, _ in OPTIMIZERS])
+def test_optimizer_matches_cpu_through_foreach(opt_cls, kw, monkeypatch):
+    calls = []
+    original = dispatch.foreach_op
+    monkeypatch.setattr(dispatch, "foreach_op", lambda f, a, k: calls.append(f) or original(f, a, k))
+    dispatch._HANDLERS.clear()
+    _train_like_cpu(lambda ps: opt_cls(ps, **kw), lambda ps: opt_cls(ps, **kw), steps=4)
     assert calls, "the optimizer did not take the foreach path"
     assert lazydev.metrics.counters()["fallbacks"] == {}
     dispatch._HANDLERS.clear()
@@ -118,19 +124,6 @@ def test_foreach_ops_by_numbers_match_cpu(name):
 
 def test_asgd_capturable_foreach_matches_cpu():
     """ASGD(capturable=True, foreach=True) clamps with _foreach_maximum_ by a number."""
-    torch.manual_seed(0)
-    cpu = _model()
-    wse = _model()
-    wse.load_state_dict(cpu.state_dict())
-    wse = wse.to("wse")
-    oc = torch.optim.ASGD(cpu.parameters(), lr=0.01)
-    ow = torch.optim.ASGD(wse.parameters(), lr=0.01, capturable=True, foreach=True)
-    for _ in range(3):
-        x = torch.randn(5, 8)
-        for model, opt, xx in ((cpu, oc, x), (wse, ow, x.to("wse"))):
-            opt.zero_grad()
-            model(xx).square().mean().backward()
-            opt.step()
-        lazydev.mark_step()
-    for a, b in zip(cpu.parameters(), wse.parameters()):
-        assert_same(b, a)
+    _train_like_cpu(lambda ps: torch.optim.ASGD(ps, lr=0.01),
+                    lambda ps: torch.optim.ASGD(ps, lr=0.01, capturable=True, foreach=True),
+                    steps=3)
