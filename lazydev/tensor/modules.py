@@ -40,13 +40,12 @@ def _holds_wse(module: torch.nn.Module) -> bool:
 
 @contextlib.contextmanager
 def _swapping(wanted: bool):
-    future = torch.__future__
-    was = future.get_swap_module_params_on_conversion()
-    future.set_swap_module_params_on_conversion(was or wanted)
+    """Swapping on for this conversion if `wanted` (_apply runs only with it off)."""
+    torch.__future__.set_swap_module_params_on_conversion(wanted)
     try:
         yield
     finally:
-        future.set_swap_module_params_on_conversion(was)
+        torch.__future__.set_swap_module_params_on_conversion(False)
 
 
 @contextlib.contextmanager
@@ -56,8 +55,7 @@ def _never_swapping():
     original = _module.is_traceable_wrapper_subclass
     _module.is_traceable_wrapper_subclass = lambda t: False
     try:
-        with _swapping(False):
-            yield
+        yield
     finally:
         _module.is_traceable_wrapper_subclass = original
 

@@ -19,19 +19,15 @@ from .wse_tensor import WseTensor, from_cpu, to_cpu, write_tensor
 
 aten = torch.ops.aten
 
-# In-place ops the CPU lets write to a tensor whose elements share memory. set_/resize_ only
-# move the view.
-MAY_OVERLAP = frozenset({
-    aten.fill_.Scalar, aten.zero_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor,
-    aten.index_put_.default, aten._index_put_impl_.default, aten.index_fill_.int_Scalar,
-    aten.index_fill_.int_Tensor, aten.tril_.default, aten.triu_.default, aten.baddbmm_.default,
-    aten.resize_.default, aten.resize_as_.default, aten.set_.source_Tensor,
-    aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
-    aten.set_.source_Tensor_storage_offset, aten.set_.default})
-
-# Those of them whose writes differ between elements that share memory. (fill_ and zero_ write
-# one value everywhere, which the device's functional form gets right.)
-_ELEMENTWISE_ORDER = MAY_OVERLAP - {
+# In-place ops the CPU lets write to a tensor whose elements share memory (MAY_OVERLAP): those
+# whose writes differ between elements over one location (a mask, an index, a triangle), which
+# run on the CPU here; fill_ and zero_, which write one value everywhere (the device's functional
+# form gets that right); and set_/resize_, which only move the view.
+_ELEMENTWISE_ORDER = frozenset({
+    aten.masked_fill_.Scalar, aten.masked_fill_.Tensor, aten.index_put_.default,
+    aten._index_put_impl_.default, aten.index_fill_.int_Scalar, aten.index_fill_.int_Tensor,
+    aten.tril_.default, aten.triu_.default, aten.baddbmm_.default})
+MAY_OVERLAP = _ELEMENTWISE_ORDER | {
     aten.fill_.Scalar, aten.zero_.default, aten.resize_.default, aten.resize_as_.default,
     aten.set_.source_Tensor, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
     aten.set_.source_Tensor_storage_offset, aten.set_.default}
