@@ -9,7 +9,7 @@ import warnings
 
 from .. import metrics
 from ..config import config
-from ..runtime import Buffer, Program, prefix_source, special_source
+from ..runtime import Buffer, BufferWindow, Program, prefix_source, special_source
 from ..runtime.queue import EXEC
 from ..trace.ir import Node, Op
 from ..trace.macro import expand_calls
@@ -17,7 +17,8 @@ from . import cache, passes
 from .cexpr import CodegenUnsupported
 from .program import Layout, generate
 
-__all__ = ["run_graph", "upload", "download", "CodegenUnsupported", "Compiled"]
+__all__ = ["run_graph", "bind_windows", "upload", "download", "CodegenUnsupported",
+           "Compiled"]
 
 
 class Compiled:
@@ -200,6 +201,12 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, cont
     compiled.stats["runs"] += 1
     metrics.count("executions")
     return result
+
+
+def bind_windows(inputs: list) -> list:
+    """A trace's inputs with each window, (buffer, byte offset, bytes), bound to that part of
+    its buffer (Note [Windows] in tensor/wse_tensor.py)."""
+    return [BufferWindow(*b) if type(b) is tuple else b for b in inputs]
 
 
 def references(buffers: list) -> list:

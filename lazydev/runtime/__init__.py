@@ -6,6 +6,7 @@ runtime (`_lazydev_wse`).
 
 from .device import (
     Buffer,
+    BufferWindow,
     DeviceOutOfMemoryError,
     Program,
     autocast_source,
@@ -23,7 +24,7 @@ from .device import (
 )
 
 __all__ = [
-    "Buffer", "DeviceOutOfMemoryError", "Program", "autocast_source", "blas_library_path",
+    "Buffer", "BufferWindow", "DeviceOutOfMemoryError", "Program", "autocast_source", "blas_library_path",
     "empty_cache", "gemm_library_path", "hooks_source", "install_hooks", "load_torch_library",
     "memory_stats", "prefix_source", "reset_peak", "set_capacity", "special_source",
 ]

@@ -239,6 +239,37 @@ class Buffer:
         return np.frombuffer(raw, dtype=dtype, count=count)
 
 
+class BufferWindow(Buffer):
+    """Bytes [offset, offset + nbytes) of a buffer, as a program input (Note [Windows] in
+    tensor/wse_tensor.py). It holds its buffer, so the buffer outlives it, and it reads as
+    ready when its buffer is (a host read of it waits for the run writing the buffer)."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Buffer, offset: int, nbytes: int):
+        if offset < 0 or offset + nbytes > base.nbytes:
+            raise ValueError(f"BufferWindow: bytes [{offset}, {offset + nbytes}) of a "
+                             f"{base.nbytes}-byte buffer")
+        self.base, self.nbytes = base, int(nbytes)
+        self.ptr = ffi.cast("char*", base._live_ptr()) + offset
+
+    @property
+    def ticket(self):
+        return self.base.ticket
+
+    @property
+    def ready(self):
+        return self.base.ready
+
+    def free(self) -> None:
+        self.ptr = None             # the memory is the base buffer's
+
+    def _live_ptr(self):
+        if self.ptr is None or self.base.ptr is None:
+            raise RuntimeError("use of a freed wse Buffer")
+        return self.ptr
+
+
 def memory_stats() -> dict:
     return {
         "bytes_in_use": lib.wse_bytes_in_use(),

@@ -309,6 +309,8 @@ def value(t: WseTensor) -> Node:
         raise ComplexValue(t.dtype)
     if t._lz_full:
         node = st.value(size)
+    elif st.node is None and st.buf is not None:    # a part of a device buffer
+        node = _window(st, size, stride, offset, numel)
     else:
         base = st.value((numel,))
         node = Node(_AS_STRIDED, st.dtype, size, (base,), (stride, offset))
@@ -316,6 +318,24 @@ def value(t: WseTensor) -> Node:
         node = Node(Op.BITCAST, dtype, size, (node,))
     t._lz_cache = (st.version, tid, node)
     return node
+
+
+# Note [Windows]
+# A view of a computed buffer was read as AS_STRIDED(the whole buffer, strides, offset), so the
+# view's offset was part of the graph: a loop slicing a dataset that lives on the device,
+# data[i * b:(i + 1) * b] or data[i] with a new i each step, compiled a program per step (200 ms
+# each for a small model). Such a view is read instead from a window: an input slot of its own,
+# bound at run time to the `extent` elements of the buffer it spans, so only the binding changes
+# with the offset. Two slots then share memory; that is safe because a buffer is never written
+# after it is produced, except by donation (Note [Donation] in compile/program.py), and the
+# window's reference to the buffer makes it look shared, so it is not donated while a trace or
+# a queued run reads it through one. A view that spans all of its buffer from element 0 (x.t())
+# keeps the whole-buffer slot: it has no offset to vary, and stays donatable.
+def _window(st: Storage, size: tuple, stride: tuple, offset: int, numel: int) -> Node:
+    extent = build.extent(size, stride, offset) - offset
+    if extent <= 0 or (offset == 0 and extent == numel):
+        return Node(_AS_STRIDED, st.dtype, size, (st.value((numel,)),), (stride, offset))
+    return Node(_AS_STRIDED, st.dtype, size, (st.window(offset, extent),), (stride, 0))
 
 
 def bitcasts(dtype: torch.dtype, stored: torch.dtype) -> bool:

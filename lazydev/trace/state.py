@@ -42,6 +42,7 @@ class Trace:
         self.origins: list = []         # per DATA slot: user source line of its upload, if known
         self.scalars: list = []         # Python floats, by SCALAR slot
         self.shared_scalars = None      # while a _foreach_ call records: Note [Shared scalars]
+        self.windows = None             # (buffer id, offset, extent) -> DATA node: Note [Windows]
         self.live: dict = {}            # serial -> weakref to a pending Storage (may be dead)
         self.keep: list = []            # storages computed at the next sync even if unreferenced
         self.nodes = 0                  # ops dispatched
@@ -233,6 +234,21 @@ class Storage:
     def lost(self) -> bool:
         """Whether the storage has no value because the step computing it failed."""
         return self.node is None and self.buf is None and self.error is not None
+
+    def window(self, offset: int, extent: int) -> Node:
+        """The `extent` elements of the storage's buffer from element `offset` on, as a DATA
+        node of their own slot, bound to that part of the buffer (Note [Windows])."""
+        tr = _current
+        if tr.windows is None:
+            tr.windows = {}
+        key = (id(self.buf), offset, extent)
+        node = tr.windows.get(key)
+        if node is None:
+            item = self.dtype.itemsize
+            tr.inputs.append((self.buf, offset * item, extent * item))
+            tr.origins.append(self.origin)
+            node = tr.windows[key] = Node(_DATA, self.dtype, (extent,), (), len(tr.inputs) - 1)
+        return node
 
     def data_node(self, shape: tuple) -> Node:
         tr = _current

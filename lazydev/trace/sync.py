@@ -122,7 +122,8 @@ def _run(pending, tr, reason, where) -> None:
     context = []                 # (storage, value before, value after): to undo a failed run
     donate = _donations(pending, tr)
     try:
-        buffers = _compile.run_graph(outputs, tr.inputs, tr.scalars, info, context, donate)
+        inputs = _compile.bind_windows(tr.inputs) if tr.windows else tr.inputs
+        buffers = _compile.run_graph(outputs, inputs, tr.scalars, info, context, donate)
     except BaseException as e:
         _revert(pending, e)
         raise
