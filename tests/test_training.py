@@ -63,6 +63,25 @@ def test_torch_compile_of_a_wse_model_runs_it_as_written():
     assert lazydev.metrics.counters()["fallbacks"] == {}
 
 
+def test_make_fx_of_wse_tensors_refuses_and_other_modes_still_see_the_ops():
+    """make_fx traced lazydev's own meta tensors instead of the op and baked the first call's
+    values in (linearize's jvp gave zeros, Note [make_fx on wse]); it now raises. A dispatch
+    mode that handles ops itself (FlopCounterMode) sees the user's ops, as on the CPU."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.flop_counter import FlopCounterMode
+    x = torch.tensor([0.5, -1.0, 2.0], device="wse")
+    with pytest.raises(RuntimeError, match="cannot be traced into an FX graph"):
+        make_fx(lambda t: (t * x).sin())(torch.ones(3, device="wse"))
+    with pytest.raises(RuntimeError, match="cannot be traced into an FX graph"):
+        torch.func.linearize(lambda a: a.tanh() * a, x)
+    flops = {}
+    for dev in ("cpu", "wse"):
+        with FlopCounterMode(display=False) as counter:
+            torch.ones(4, 8, device=dev) @ torch.ones(8, 3, device=dev)
+        flops[dev] = counter.get_total_flops()
+    assert flops["wse"] == flops["cpu"] == 2 * 4 * 8 * 3
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("scheduler", [False, True])
 def test_steady_state_steps_hit_the_cache(optimizer, scheduler, fresh_cache):
@@ -135,6 +154,21 @@ def test_mixing_cpu_and_wse_raises_naming_both_devices():
     # 0-dim CPU tensors mix with device tensors, as with CUDA.
     b = a * torch.tensor(2.0)
     torch.testing.assert_close(b.cpu(), a.cpu() * 2)
+
+
+def test_a_cpu_gradient_for_a_wse_output_raises_at_backward():
+    """As the engine checks a CUDA output's gradient (it skips subclasses, Note [Root gradients
+    on another device]): a CPU one left w.grad on the CPU, and opt.step() raised. A 0-dim one
+    moves to wse."""
+    w = torch.tensor([1.0, -2.0, 3.0]).to("wse").requires_grad_()
+    with pytest.raises(RuntimeError, match="invalid gradient at index 0 - expected device wse"):
+        (w * 2).backward(torch.ones(3))
+    with pytest.raises(RuntimeError, match="invalid gradient at index 0 - expected device wse"):
+        torch.autograd.grad(w * 3, w, torch.ones(3))
+    (w * w).sum().backward(torch.tensor(2.0))
+    (w * 2).backward(torch.ones(3, device="wse"))
+    assert w.grad.device.type == "wse"
+    torch.testing.assert_close(w.grad.cpu(), torch.tensor([6.0, -6.0, 14.0]))
 
 
 def test_out_of_range_embedding_raises_index_error_not_a_crash():

@@ -266,8 +266,9 @@ def register(amp_dtypes=list) -> None:
     # Before PyTorch's PrivateUse1 entry (23); wse tensors pickle as CPU tensors, so there is
     # nothing to tag (Note [Loading onto wse]).
     torch.serialization.register_package(15, lambda storage: None, _restore_on_wse)
-    from . import ctc, foreach, guards, modules, sparse
+    from . import ctc, foreach, grads, guards, modules, sparse
     modules.register()      # Note [Parameters leaving wse]
+    grads.register()        # Note [Root gradients on another device]
     foreach.register()
     sparse.register(_lib)
     ctc.register(_lib)

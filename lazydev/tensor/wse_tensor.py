@@ -127,6 +127,8 @@ class WseTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if _modes_active():
+            _refuse_graph_tracing(func)
         # Note [One recorder at a time]; acquire/release, not `with`: 0.3 µs less per op.
         _acquire()
         try:
@@ -241,6 +243,26 @@ def _refuse_compile_stack():
                       explanation="lazydev records and compiles wse steps itself",
                       hints=["Call the model without torch.compile on the wse device."],
                       skip_frame=True)
+
+
+# Note [make_fx on wse]
+# make_fx (and what traces through it: torch.func.linearize, torch.export's non-strict mode)
+# leaves an op on a tensor subclass to the subclass with its tracing mode still active, so
+# lazydev's own work for the op (meta tensors to infer shapes) was traced instead of the op, and
+# the graph returned the values of the first call as constants: linearize's jvp gave zeros,
+# silently. A wse tensor cannot be traced into an FX graph (it holds no data a graph can name),
+# so an op seen under the tracing mode says so.
+_modes_active = torch._C._len_torch_dispatch_stack
+_PROXY = torch._C._TorchDispatchModeKey.PROXY
+
+
+def _refuse_graph_tracing(func) -> None:
+    if torch._C._get_dispatch_mode(_PROXY) is not None:
+        raise RuntimeError(
+            f"{func} on a wse tensor under make_fx (torch.func.linearize, torch.export): wse "
+            "tensors cannot be traced into an FX graph, since lazydev records and compiles wse "
+            "code itself; trace the function with CPU or meta tensors, or call it on wse "
+            "directly (torch.func.jvp instead of linearize)")
 
 
 # Note [Complex storage]

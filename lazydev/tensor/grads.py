@@ -1,0 +1,40 @@
+"""Gradients handed to backward for wse outputs are checked for their device.
+
+Note [Root gradients on another device]
+The autograd engine checks that a gradient passed to backward (`y.backward(g)`,
+`torch.autograd.grad(y, x, g)`) is on its output's device, moving a 0-dim one there and raising
+for any other ("invalid gradient at index 0 - expected device cuda:0 but got cpu"), but it
+skips the check for tensor subclasses, and a wse tensor is one. A CPU gradient of a wse output
+then ran the backward of elementwise ops on the CPU and left `.grad` of a wse leaf on the CPU,
+and the error came at opt.step(), far from its cause. The gradients are checked where
+torch.autograd builds them (`_make_grads`, which backward and grad both call), as the engine
+checks a CUDA output's.
+"""
+from __future__ import annotations
+
+import torch
+import torch.autograd
+
+_plain_make_grads = torch.autograd._make_grads
+
+
+def _on_device(index: int, out, grad):
+    if not isinstance(grad, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return grad
+    if out.device.type != "wse" or grad.device == out.device:
+        return grad
+    if grad.dim() == 0:
+        return grad.to(out.device)
+    raise RuntimeError(
+        f"invalid gradient at index {index} - expected device {out.device} but got "
+        f"{grad.device}: make the gradient on wse (torch.ones(..., device='wse')) or move it "
+        f"with .to('wse')")
+
+
+def _make_grads(outputs, grads, is_grads_batched):
+    made = _plain_make_grads(outputs, grads, is_grads_batched)
+    return tuple(_on_device(i, out, g) for i, (out, g) in enumerate(zip(outputs, made)))
+
+
+def register() -> None:
+    torch.autograd._make_grads = _make_grads
