@@ -348,8 +348,8 @@ def test_recompiles_from_a_changing_int_say_so(fresh_cache):
 def test_slices_of_a_dataset_on_the_device_compile_once_and_train_as_on_the_cpu(fresh_cache):
     """data[i * b:(i + 1) * b] and data[i] of a tensor on the device, a new i each step: the
     offsets are bound at run time (Note [Windows]), so steps after the second hit the cache;
-    each step compiled a program before. The in-place update of w reads a window of the same
-    data beside the full buffer, and the data written in place (data[0] += 1) stays aliased."""
+    each step compiled a program before. d[63] += d[i] writes the buffer the step reads
+    through windows, so it must not be overwritten in place (donated) before they are read."""
     torch.manual_seed(0)
     data, w0 = torch.randn(64, 8), torch.randn(8, 3)
 
@@ -358,7 +358,8 @@ def test_slices_of_a_dataset_on_the_device_compile_once_and_train_as_on_the_cpu(
         losses = []
         for i in range(8):
             x = d[i * 6:(i + 1) * 6]
-            loss = (x @ w).square().mean() + (d[i + 1] @ w).sum()
+            # d[i % 2] and d[1] meet at odd steps: two slots still (Storage.window)
+            loss = (x @ w).square().mean() + (d[i + 1] @ w).sum() + (d[i % 2] * d[1]).sum()
             loss.backward()
             with torch.no_grad():
                 w -= 0.1 * w.grad

@@ -42,7 +42,7 @@ class Trace:
         self.origins: list = []         # per DATA slot: user source line of its upload, if known
         self.scalars: list = []         # Python floats, by SCALAR slot
         self.shared_scalars = None      # while a _foreach_ call records: Note [Shared scalars]
-        self.windows = None             # (buffer id, offset, extent) -> DATA node: Note [Windows]
+        self.windows = 0                # DATA slots that are windows (Note [Windows])
         self.live: dict = {}            # serial -> weakref to a pending Storage (may be dead)
         self.keep: list = []            # storages computed at the next sync even if unreferenced
         self.nodes = 0                  # ops dispatched
@@ -237,18 +237,15 @@ class Storage:
 
     def window(self, offset: int, extent: int) -> Node:
         """The `extent` elements of the storage's buffer from element `offset` on, as a DATA
-        node of their own slot, bound to that part of the buffer (Note [Windows])."""
+        node of a slot of its own, bound to that part of the buffer (Note [Windows]). Two
+        windows at one offset get two slots: merged, the graph's structure would depend on
+        whether two offsets happened to meet (data[i] + data[j])."""
         tr = _current
-        if tr.windows is None:
-            tr.windows = {}
-        key = (id(self.buf), offset, extent)
-        node = tr.windows.get(key)
-        if node is None:
-            item = self.dtype.itemsize
-            tr.inputs.append((self.buf, offset * item, extent * item))
-            tr.origins.append(self.origin)
-            node = tr.windows[key] = Node(_DATA, self.dtype, (extent,), (), len(tr.inputs) - 1)
-        return node
+        item = self.dtype.itemsize
+        tr.inputs.append((self.buf, offset * item, extent * item))
+        tr.origins.append(self.origin)
+        tr.windows += 1
+        return Node(_DATA, self.dtype, (extent,), (), len(tr.inputs) - 1)
 
     def data_node(self, shape: tuple) -> Node:
         tr = _current
