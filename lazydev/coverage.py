@@ -359,15 +359,11 @@ def _no_worse(a, e: torch.Tensor, r) -> bool:
     return bool(((a - r).abs() <= (e - r).abs() + atol + rtol * r.abs()).all())
 
 
-# Entries that draw dropout masks with a fixed seed inside the OpInfo wrapper: wse draws from the
-# CPU generator, but not in the CPU kernel's order, so only shapes and dtypes are comparable.
-DROPOUT = frozenset({"nn.functional.dropout", "nn.functional.multi_head_attention_forward"})
-
-
 def _is_random(op, sample, expected, seed: int) -> bool:
-    """Whether the sample's values depend on the random seed (dropout with p > 0, ...): wse
-    draws from the CPU generator, but not always in the CPU kernel's order."""
-    if op.name in DROPOUT or sample.kwargs.get("dropout_p", 0):
+    """Whether the sample's values depend on the random seed (attention's dropout_p > 0, ...):
+    wse draws from the CPU generator, but not always in the CPU kernel's order. (F.dropout and
+    multi_head_attention_forward's dropout draw the CPU's masks: composites.native_dropout.)"""
+    if sample.kwargs.get("dropout_p", 0):
         return True
     inp, args, kwargs = _sample_args(sample, "cpu", False)
     try:

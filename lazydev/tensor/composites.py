@@ -13,6 +13,12 @@ wse gave inf.
 
 embedding_renorm (nn.Embedding(max_norm=...)): no decomposition, so it ran on the CPU, a sync
 in every step.
+
+native_dropout (nn.Dropout, F.dropout): ATen sends dropout on a device (PrivateUse1 included) to
+native_dropout, whose torch._decomp form draws its mask with rand_like(x) < 1 - p; on the CPU
+F.dropout draws it with bernoulli_(1 - p) (at::dropout's _dropout). So with one seed wse's mask
+differed from the CPU's, and a model with dropout could not be checked against CPU eager,
+though wse's bernoulli_ draws the CPU's numbers.
 """
 from __future__ import annotations
 
@@ -63,3 +69,16 @@ def embedding_renorm(weight, indices, max_norm: float, norm_type: float):
     norms = torch.linalg.vector_norm(picked, norm_type, dim=1, keepdim=True).double()
     scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)
     return weight.index_put((rows,), picked * scale)
+
+
+@decomposition(aten.native_dropout.default)
+def native_dropout(x, p: float, train):
+    """The CPU's F.dropout (ATen's _dropout): noise = bernoulli_(1 - p) of a tensor like x,
+    divided by 1 - p, times x; the mask native_dropout also returns is noise != 0. p = 0 and
+    p = 1 draw nothing, as there, so the numbers drawn after them stay the CPU's too."""
+    if train is False or x.numel() == 0 or p == 0:
+        return x.clone(), torch.ones_like(x, dtype=torch.bool)
+    if p == 1:
+        return x * torch.zeros_like(x), torch.zeros_like(x, dtype=torch.bool)
+    noise = torch.empty_like(x).bernoulli_(1 - p)
+    return x * noise.div(1 - p), noise.bool()
