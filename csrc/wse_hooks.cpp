@@ -31,7 +31,10 @@ const char* const kRefusal =
     "wse storages are not made directly: the values of a wse tensor live in the lazydev "
     "runtime's buffers, not in a storage. Make a tensor instead (torch.empty(n, "
     "dtype=torch.uint8, device='wse')), copy a tensor with t.clone(), or move the storage's "
-    "tensor to the CPU first (t.cpu().untyped_storage())";
+    "tensor to the CPU first (t.cpu().untyped_storage()). A DataLoader with num_workers > 0 "
+    "asks for one to send a batch of wse tensors from a worker process, which cannot hold "
+    "them: return CPU tensors from the Dataset and move each batch to wse in the loop "
+    "(x.to('wse'))";
 
 /* wse tensors never allocate through it (a wse tensor is a wrapper whose values live in the
    runtime's buffers); what reaches allocate() is a storage made directly:

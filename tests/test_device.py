@@ -47,6 +47,14 @@ def test_a_wse_generator_draws_what_the_cpu_generator_draws():
     with torch.random.fork_rng(device_type="wse"):
         inside = torch.rand(5, device="wse").cpu()
     assert_same(torch.rand(5, device="wse"), inside)
+    # torch.cuda's other generator functions (they raised AttributeError)
+    states = torch.wse.get_rng_state_all()
+    again = torch.rand(5, device="wse").cpu()
+    torch.wse.set_rng_state_all(states)
+    assert_same(torch.rand(5, device="wse"), again)
+    assert torch.wse.initial_seed() == 3
+    torch.wse.seed_all()
+    assert torch.wse.initial_seed() == torch.initial_seed()
 
 
 @needs_cpp_side
@@ -66,6 +74,26 @@ def test_pinning_host_memory_works_with_wse_the_current_accelerator():
     t = torch.randn(3)
     assert t.pin_memory() is t
     assert torch.empty(2, pin_memory=True).is_pinned()
+
+
+class _WseItems(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i)).to("wse")
+
+
+@needs_cpp_side
+def test_a_dataloader_worker_returning_wse_tensors_says_what_to_do():
+    """A worker process collates a batch into a storage it shares with the main process, which
+    a wse tensor cannot be: the error said only that wse storages are not made directly. In
+    the main process (num_workers=0) the same Dataset works."""
+    from torch.utils.data import DataLoader
+    batches = list(DataLoader(_WseItems(), batch_size=2))
+    assert_same(batches[1], torch.tensor([[2.0] * 3, [3.0] * 3]))
+    with pytest.raises(RuntimeError, match="return CPU tensors from the Dataset"):
+        list(DataLoader(_WseItems(), batch_size=2, num_workers=1))
 
 
 @needs_cpp_side

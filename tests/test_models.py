@@ -123,16 +123,19 @@ def test_state_dict_save_load_round_trip(tmp_path):
         torch.testing.assert_close(v.cpu(), loaded[k])
 
 
+@pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
 @pytest.mark.parametrize("where", ["wse", "wse:0", torch.device("wse", 0), {"cpu": "wse"}],
                          ids=str)
-def test_a_checkpoint_loads_straight_onto_wse(tmp_path, where):
+def test_a_checkpoint_loads_straight_onto_wse(tmp_path, where, zipped):
     """torch.load(f, map_location="wse") gives wse tensors with the saved values (it raised an
     AttributeError, and a PrivateUse1 storage from Python crashes), and tensors saved as views
     of one storage, a tied weight and its transpose here, share one wse storage again (Note
-    [Loading onto wse] in tensor/device.py)."""
+    [Loading onto wse] in tensor/device.py). A file in the legacy format (saved with
+    _use_new_zipfile_serialization=False, as old checkpoints are) reads its bytes after the
+    tensors are rebuilt: its load raised AttributeError ('Tensor' has no '_st')."""
     w = torch.randn(6, 4)
     saved = {"w": w, "wt": w.t(), "step": torch.tensor(3), "half": torch.randn(5).half()}
-    torch.save(saved, tmp_path / "c.pt")
+    torch.save(saved, tmp_path / "c.pt", _use_new_zipfile_serialization=zipped)
     loaded = torch.load(tmp_path / "c.pt", map_location=where)
     for k, v in saved.items():
         assert loaded[k].device.type == "wse" and loaded[k].dtype == v.dtype

@@ -151,9 +151,40 @@ def test_mixing_cpu_and_wse_raises_naming_both_devices():
     a = torch.randn(3, 4, device="wse")
     with pytest.raises(RuntimeError, match=r"wse:0 and cpu"):
         a + torch.randn(3, 4)
+    with pytest.raises(RuntimeError, match=r"different devices. Got: wse:0 and cpu"):
+        torch.equal(a, a.cpu())                 # CUDA's equal refuses; it returned True
+    for export in (torch.from_dlpack, torch.utils.dlpack.to_dlpack, lambda t: t.__dlpack__()):
+        with pytest.raises(BufferError, match="Use Tensor.cpu()"):
+            export(a)                           # a capsule of a null pointer
     # 0-dim CPU tensors mix with device tensors, as with CUDA.
     b = a * torch.tensor(2.0)
     torch.testing.assert_close(b.cpu(), a.cpu() * 2)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
+def test_dropout_draws_the_cpu_s_mask_for_one_seed(p):
+    """nn.Dropout reaches native_dropout on a device, whose torch._decomp form drew another
+    mask than the CPU's F.dropout (bernoulli_), so a model with dropout could not be compared
+    with CPU eager; p = 0 and 1 draw nothing there, and the next draw must agree too."""
+    runs = {}
+    for dev in ("cpu", "wse"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Dropout(p), torch.nn.Linear(32, 4)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for step in range(3):
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step)).to(dev)
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if dev == "wse":
+                lazydev.mark_step()
+            losses.append(loss.item())
+        runs[dev] = (torch.tensor(losses), model[0].weight.detach().cpu(), torch.randn(3))
+    for a, b in zip(runs["wse"], runs["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_a_cpu_gradient_for_a_wse_output_raises_at_backward():

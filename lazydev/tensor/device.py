@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import weakref
 
 import torch
 
@@ -47,6 +48,25 @@ class _WseModule:
     @staticmethod
     def set_rng_state(state, device=None) -> None:
         torch.set_rng_state(state)
+
+    # The rest of torch.cuda's generator functions, on the one generator: the CPU's.
+    @staticmethod
+    def get_rng_state_all() -> list:
+        return [torch.get_rng_state()]
+
+    @staticmethod
+    def set_rng_state_all(states) -> None:
+        torch.set_rng_state(states[0])
+
+    @staticmethod
+    def initial_seed() -> int:
+        return torch.initial_seed()
+
+    @staticmethod
+    def seed() -> None:
+        torch.seed()
+
+    seed_all = seed
 
     @staticmethod
     def synchronize(device=None) -> None:
@@ -191,7 +211,24 @@ def _copy_from(src, dst, non_blocking=False):
     # Reached instead of __torch_dispatch__ where PyTorch excludes the Python key while it
     # copies into a new device tensor: torch.tensor(data, device="wse"), torch.as_tensor.
     from .dispatch import SPECIAL
+    if type(dst) is torch.Tensor and isinstance(src, torch.Tensor) and src.is_cpu:
+        shell = _SHELLS.get(dst.untyped_storage().data_ptr())
+        host = shell[0]() if shell is not None else None
+        if host is not None:
+            _fill_shell(host, shell[1], src, dst, SPECIAL[torch.ops.aten.copy_.default])
+            return dst
     return SPECIAL[torch.ops.aten.copy_.default](None, (dst, src), {})
+
+
+def _fill_shell(host, uploaded: dict, src, dst, copy_) -> None:
+    """torch.load of a legacy-format file rebuilds its tensors on the storages _restore_on_wse
+    makes first (uploading the bytes they hold then) and reads each storage's bytes afterwards,
+    by a copy into a tensor over it (another Python object over the same memory): the bytes go
+    to the host copy, and each upload of it (one per dtype) takes them too."""
+    torch.empty((0,), dtype=dst.dtype).set_(
+        host, dst.storage_offset(), dst.size(), dst.stride()).copy_(src)
+    for dtype, flat in uploaded.items():
+        copy_(None, (flat, torch.empty((0,), dtype=dtype).set_(host)), {})
 
 
 @state.recorder
@@ -223,7 +260,14 @@ def _restore_on_wse(obj, location):
     shell = torch._C._construct_storage_from_data_pointer(
         host.data_ptr(), torch.device("wse", 0), host.nbytes())
     shell._lz_host, shell._lz_flat = host, {}
+    # By its address as well, for a legacy-format file's bytes (_fill_shell).
+    ptr = host.data_ptr()
+    ref = weakref.ref(host, lambda r: _SHELLS.get(ptr, (None,))[0] is r and _SHELLS.pop(ptr))
+    _SHELLS[ptr] = (ref, shell._lz_flat)
     return shell
+
+
+_SHELLS: dict = {}      # host address -> (weak reference to the host bytes, their uploads)
 
 
 _lib = _autocast = None     # the Library objects: registrations last while they live
@@ -269,6 +313,8 @@ def register(amp_dtypes=list) -> None:
     from . import ctc, foreach, grads, guards, modules, sparse
     modules.register()      # Note [Parameters leaving wse]
     grads.register()        # Note [Root gradients on another device]
+    from .wse_tensor import to_dlpack
+    torch.utils.dlpack.to_dlpack = torch.to_dlpack = to_dlpack
     foreach.register()
     sparse.register(_lib)
     ctc.register(_lib)

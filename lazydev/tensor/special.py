@@ -82,6 +82,9 @@ def _is_nonzero(func, args, kwargs):
 
 @special(aten.equal.default)
 def _equal(func, args, kwargs):
+    if args[0].device != args[1].device:        # as CUDA's equal checks, 0-dim tensors too
+        raise RuntimeError(f"Cannot compare two tensors on different devices. Got: "
+                           f"{args[0].device} and {args[1].device}")
     a, b = (to_cpu(t, reason="equal") if isinstance(t, WseTensor) else t for t in args[:2])
     return torch.equal(a, b)
 

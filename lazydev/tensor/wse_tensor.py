@@ -225,6 +225,26 @@ class WseTensor(torch.Tensor):
         raise TypeError("can't convert wse:0 device type tensor to numpy. Use Tensor.cpu() to "
                         "copy the tensor to host memory first.")
 
+    def __dlpack__(self, *args, **kwargs):
+        """DLPack has no wse device, and a wse tensor's data pointer is not its values: the
+        export made a capsule of a null pointer, and the tensor imported from it failed at its
+        first use with another backend's error."""
+        raise BufferError("can't export a wse:0 device type tensor through DLPack. Use "
+                          "Tensor.cpu() to copy the tensor to host memory first.")
+
+    def __dlpack_device__(self):
+        self.__dlpack__()
+
+
+_plain_to_dlpack = torch.utils.dlpack.to_dlpack
+
+
+def to_dlpack(tensor):
+    """torch.utils.dlpack.to_dlpack (and torch.to_dlpack), which do not ask __dlpack__."""
+    if isinstance(tensor, WseTensor):
+        tensor.__dlpack__()
+    return _plain_to_dlpack(tensor)
+
 
 # Note [torch.compile on wse]
 # Only PyTorch's compile stack (dynamo, AOT autograd, export) unflattens a traceable wrapper
@@ -317,9 +337,24 @@ def _regrown(t: WseTensor) -> None:
     t._set_meta(*t._lz_meta[:3])
 
 
+# Note [Value caches]
+# value(t) keeps the node it made on the tensor (`_lz_cache`, valid for one storage version in
+# one trace), since a view's node is new each time it is made. A node holds its whole graph, so
+# a cached node of a pending value kept that step's graph alive for as long as the tensor lived
+# after the sync: an evaluation loop appending each batch's argmax to a list, read at the end,
+# held 73 IR nodes (11 KiB) per batch. Only nodes over buffers (DATA, windows: leaves) are kept
+# now. The read that needs no cache is a tensor over all of a pending value as it is, which is
+# the storage's node itself, and is checked first; a view of a pending value makes its node at
+# each read (the compiler's CSE folds the copies), and a tensor written through a view as
+# another dtype keeps its node until the next write (the one case where value(t) is not the
+# storage's node).
 def value(t: WseTensor) -> Node:
     """The IR node for the current value of tensor `t` (derived from its storage)."""
     st = t._st
+    node = st.node
+    meta = t._lz_meta
+    if node is not None and t._lz_full and node.shape == meta[0] and meta[4] is st.dtype:
+        return node
     cache = t._lz_cache
     tid = state._current.id
     if cache is not None and cache[0] == st.version and cache[1] == tid:
@@ -338,7 +373,8 @@ def value(t: WseTensor) -> Node:
         node = Node(_AS_STRIDED, st.dtype, size, (base,), (stride, offset))
     if dtype is not st.dtype:
         node = Node(Op.BITCAST, dtype, size, (node,))
-    t._lz_cache = (st.version, tid, node)
+    if st.node is None:                 # Note [Value caches]
+        t._lz_cache = (st.version, tid, node)
     return node
 
 
@@ -386,7 +422,8 @@ def write(t: WseTensor, node: Node) -> None:
         node, dtype = Node(Op.BITCAST, st.dtype, size, (node,)), st.dtype
     if t._lz_full:
         st.set_node(node)
-        t._lz_cache = (st.version, state._current.id, seen)
+        if seen is not node:            # Note [Value caches]
+            t._lz_cache = (st.version, state._current.id, seen)
         return
     base = st.value((numel,))
     st.set_node(Node(_SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
@@ -431,12 +468,7 @@ def from_node(node: Node) -> WseTensor:
     numel = 1
     for d in shape:
         numel *= d
-    t = WseTensor.fresh(Storage.pending(numel, node), shape)
-    # What value(t) would make. Version 1 is the one `pending` gives, not st.version: a runaway
-    # trace cut inside `pending` materialises the storage (version 2, a new trace), and the
-    # cache must then miss rather than hand the old trace's node to the new one.
-    t._lz_cache = (1, state._current.id, node)
-    return t
+    return WseTensor.fresh(Storage.pending(numel, node), shape)   # value(t) is st.node
 
 
 def from_cpu(cpu: torch.Tensor) -> WseTensor:
