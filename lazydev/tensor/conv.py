@@ -31,8 +31,9 @@ def _native(x, transposed) -> bool:
     return True
 
 
-def _conv(x, w, bias, stride, padding, dilation, groups):
-    """Non-transposed N-d convolution of a batched input as unfold + matmul."""
+def _conv(x, w, bias, stride, padding, dilation, groups, transposed=False):
+    """Non-transposed N-d convolution of a batched input as unfold + matmul (`transposed`:
+    for a transposed one's zero-inserted input)."""
     n = w.dim() - 2
     pads = []
     for d in reversed(range(n)):
@@ -48,11 +49,18 @@ def _conv(x, w, bias, stride, padding, dilation, groups):
     cols = xp.reshape(batch, groups, cin_g, math.prod(out), k)           # (N, G, Cg, O, K)
     cols = cols.permute(0, 1, 3, 2, 4).reshape(batch, groups, math.prod(out), cin_g * k)
     wg = w.reshape(groups, cout // groups, cin_g * k)                   # (G, Fg, Cg*K)
+    # The CPU's half-type convolution starts its output from the bias and adds the GEMM's float
+    # product to it, rounding once; the product rounded first, then the sum, differed in a
+    # third of a conv1d's outputs. (The CPU's transposed one rounds its col2im sums in the
+    # half type: neither order matches it.)
+    once = bias is not None and x.dtype in (torch.float16, torch.bfloat16) and not transposed
+    if once:
+        cols, wg = cols.float(), wg.float()
     y = torch.matmul(cols, wg.transpose(1, 2).unsqueeze(0))             # (N, G, O, Fg)
     y = y.permute(0, 1, 3, 2).reshape([batch, cout] + out)
     if bias is not None:
         y = y + bias.reshape([1, cout] + [1] * n)
-    return y
+    return y.to(x.dtype) if once else y
 
 
 def _zero_insert(x, stride):
@@ -84,7 +92,7 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
     cin, cout_g = w.shape[0], w.shape[1]
     wt = w.flip(list(range(2, 2 + n))).reshape([groups, cin // groups, cout_g] + list(w.shape[2:]))
     wt = wt.transpose(1, 2).reshape([groups * cout_g, cin // groups] + list(w.shape[2:]))
-    return _conv(z, wt, bias, [1] * n, [0] * n, dilation, groups)
+    return _conv(z, wt, bias, [1] * n, [0] * n, dilation, groups, transposed=True)
 
 
 def _convolution(func, args, kwargs):

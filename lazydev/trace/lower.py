@@ -98,9 +98,28 @@ register(aten.signbit.default)(_predicate(Op.SIGNBIT))
 register(aten.isfinite.default)(_predicate(Op.ISFINITE))
 
 
+# Note [Int operands]
+# A Python int operand was a compile-time constant (a CONST node, and a part of the op's replay
+# signature), so x * step, x + epoch or x / n_seen with a new int each step compiled a program
+# per step. ATen converts a number operand to the op's dtype, so for a floating op an int
+# converts as the float of the same value would: it becomes that float, a runtime scalar, and
+# the graph stays the same (the op gets one replay plan per value, a lowering, not a compile).
+# Past 2**53 an int is not exactly a double, and a double rounded to float32 could differ from
+# the int rounded once: those stay constants.
+_EXACT_INT = 1 << 53
+
+
+def _number(v, dtype: torch.dtype):
+    """Operand `v` of an op computing in `dtype`, an int as a float where it converts alike."""
+    if type(v) is int and dtype.is_floating_point and -_EXACT_INT <= v <= _EXACT_INT:
+        return float(v)
+    return v
+
+
 def _binary(op: Op):
     def lower(spec, a, b, *_, **__):
         dt = spec.dtype
+        a, b = _number(a, dt), _number(b, dt)
         if op in (Op.MUL, Op.DIV) and dt != opmath(dt) and _scalar_like(b):
             # Note [Half-precision scalars] in compile/codegen.py: ATen multiplies and divides
             # a half tensor by a scalar as given, in float.
@@ -160,7 +179,7 @@ _POW_SCALAR = {torch.float32: torch.float64, torch.float64: torch.float64,
 def _make_add(op: Op):
     def lower(spec, a, b, alpha=1):
         dt = spec.dtype
-        rhs = as_node(b, dt)
+        a, rhs = _number(a, dt), as_node(_number(b, dt), dt)
         if isinstance(alpha, (int, bool)) and alpha == 1:
             return ew(op, dt, spec.shape, as_node(a, dt), rhs)
         if dt.is_floating_point:
@@ -557,11 +576,16 @@ def _mm(spec, a, b):
 
 @register(aten.addmm.default)
 def _addmm(spec, bias, a, b, beta=1, alpha=1):
-    return _addmm_tail(spec, matmul(a, b, spec.dtype), bias, beta, alpha)
+    """A half-type addmm (nn.Linear under autocast or .half()) is rounded once, as the CPU's
+    GEMM adds the bias to the float product (C = alpha * A @ B + beta * C in float): rounding
+    the product first, then the sum, differed in a quarter of a Linear's outputs."""
+    wide = opmath(spec.dtype)
+    out = _addmm_tail(spec, matmul(a, b, wide), bias, beta, alpha, wide)
+    return cast(out, spec.dtype)
 
 
-def _addmm_tail(spec, prod, bias, beta, alpha):
-    dt = spec.dtype
+def _addmm_tail(spec, prod, bias, beta, alpha, dt=None):
+    dt = dt or spec.dtype
     if not (isinstance(alpha, int) and alpha == 1):
         prod = ew(Op.MUL, dt, spec.shape, prod, as_node(alpha, dt))
     if isinstance(beta, (int, float)) and beta == 0:
