@@ -187,6 +187,24 @@ def test_dropout_draws_the_cpu_s_mask_for_one_seed(p):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_views_of_tensors_made_before_inference_mode_work_inside_it():
+    """A mask or KV cache made before torch.inference_mode(), sliced or written through a
+    view inside it, raised 'Cannot set version_counter for inference tensor' (Note [Views in
+    inference mode]); as on the CPU, those views are normal tensors, and views of tensors made
+    inside are inference tensors."""
+    out = {}
+    for dev in ("cpu", "wse"):
+        mask = torch.arange(12.0).reshape(3, 4).to(dev)
+        cache = torch.zeros(2, 8, 4, device=dev)
+        with torch.inference_mode():
+            inner = torch.ones(4, device=dev)
+            cache[:, 3] = mask[1:].sum(0)
+            part = mask.t().unsqueeze(-1).view(4, 3)
+            assert not part.is_inference() and inner[1:].is_inference()
+            out[dev] = (cache.clone(), part.clone(), mask.detach() * inner)
+    assert_same(out["wse"], out["cpu"])
+
+
 def test_a_cpu_gradient_for_a_wse_output_raises_at_backward():
     """As the engine checks a CUDA output's gradient (it skips subclasses, Note [Root gradients
     on another device]): a CPU one left w.grad on the CPU, and opt.step() raised. A 0-dim one

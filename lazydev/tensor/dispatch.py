@@ -397,13 +397,32 @@ def alias_op(func, args, kwargs):
     detaches every gradient it stores and every tensor it saves: two or more per parameter per
     training step; a detach from Python took 6.2 us through the general view path, 4.8 here)."""
     t = args[0]
+    if _inference_mode() and not t.is_inference():
+        return _normal_view(func, args, kwargs)
     if type(t) is not WseTensor or t._lz_meta[4] is not t._st.dtype:    # complex, bitcast
         return view_op(func, args, kwargs)
     size, stride, offset, _, _ = meta = t._lz_meta
     return WseTensor._view(t._st, size, stride, offset, meta, t._lz_full)
 
 
+# Note [Views in inference mode]
+# A wse view is a new wrapper tensor, and one made inside torch.inference_mode() is an inference
+# tensor; PyTorch then links it to its base as a view, which fails for a base made outside the
+# block ("Cannot set version_counter for inference tensor"): x[1:], x.view(...), cache[:, t] = v
+# of a mask or KV cache made before the block raised where the CPU gives a normal tensor. So
+# views of normal tensors are made with inference mode off, as normal tensors.
+_inference_mode = torch.is_inference_mode_enabled
+
+
+def _normal_view(func, args, kwargs):
+    with torch.inference_mode(False):
+        return view_op(func, args, kwargs) if func not in _ALIASES else alias_op(
+            func, args, kwargs)
+
+
 def view_op(func, args, kwargs):
+    if _inference_mode() and isinstance(args[0], torch.Tensor) and not args[0].is_inference():
+        return _normal_view(func, args, kwargs)
     base = args[0] if args and type(args[0]) is WseTensor else None
     # Not complex: its dtype is its storage's (`base.dtype.is_complex` costs 0.2 us).
     if base is not None and base._lz_meta[4] is base._st.dtype:
