@@ -40,6 +40,18 @@ def _relpath(fn: str) -> str:
     return fn if fn.startswith("<") else os.path.relpath(fn)
 
 
+def user_stacklevel() -> int:
+    """warnings.warn's stacklevel, from the function that calls this one, for the user's line
+    (the frame user_frame names): a warning raised deep in a sync points at the user's code."""
+    f, level = sys._getframe(1), 1
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP) and not fn.startswith("<frozen"):
+            return level
+        f, level = f.f_back, level + 1
+    return 1
+
+
 def user_frame() -> str:
     """file:line of the innermost frame outside lazydev and torch (the user's source line)."""
     f = sys._getframe(1)

@@ -45,7 +45,8 @@ def step(record: dict) -> None:
 def warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, stacklevel=4)
+        from .log import user_stacklevel
+        warnings.warn(message, stacklevel=user_stacklevel())
 
 
 def counters() -> dict:

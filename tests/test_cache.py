@@ -11,7 +11,7 @@ import torch
 import lazydev
 from lazydev.compile import RecompileLimitError, cache
 from lazydev.trace.sync import StrictSyncError
-from conftest import needs_cpp_side, script_env
+from conftest import assert_same, needs_cpp_side, script_env
 
 SCRIPT = textwrap.dedent("""
     import json, time, torch, lazydev
@@ -336,13 +336,35 @@ def test_an_unusable_cache_directory_warns_and_builds_without_it(tmp_path):
     assert "C++ side" not in proc.stderr
 
 
-def test_recompiles_from_a_changing_int_say_so(fresh_cache):
-    """A Python int operand is compiled in; recompiles from it warned 'input shapes keep
-    changing', which sent the user looking for a shape."""
-    w = torch.arange(4.0).to("wse")
-    with pytest.warns(UserWarning, match="a Python int operand"):
+def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_cache):
+    """x * step, x + step, step - x, x / step with a new int each step compiled a program each
+    (the int was a constant); they are runtime scalars now (Note [Int operands]), with the
+    CPU's values. So are the positions of writes, cache[:, t] = v and history[step] = loss
+    (Note [Positions of writes]). An int that stays in the graph (an integer op's operand)
+    warned 'pass such a number as a float' at lazydev's sync.py: the warning now names the
+    cases and a way out, at the user's line."""
+    def run(device):
+        w = torch.arange(4.0).to(device)
+        cache, history = torch.zeros(2, 12, device=device), torch.zeros(12, device=device)
+        out = []
+        for step in range(1, 11):
+            out.append((w * step + step - w / step, step - w.half() * step))
+            cache[:, step] = out[-1][0][:2]
+            history[step] = out[-1][0].sum()
+            if device == "wse":
+                lazydev.mark_step()
+        return out, cache, history
+
+    lazydev.mark_step()
+    before = lazydev.metrics.counters()["compilations"]
+    got = run("wse")
+    assert lazydev.metrics.counters()["compilations"] - before <= 2
+    assert_same(got, run("cpu"))
+    n = torch.arange(4).to("wse")
+    with pytest.warns(UserWarning, match=r"int operand of an integer op") as seen:
         for step in range(lazydev.config.recompile_warn):
-            (w * step).sum().item()
+            (n * step).sum().item()
+    assert any(r.filename == __file__ for r in seen)
 
 
 def test_slices_of_a_dataset_on_the_device_compile_once_and_train_as_on_the_cpu(fresh_cache):

@@ -8,6 +8,7 @@ import time
 import warnings
 
 from .. import metrics
+from ..log import user_stacklevel
 from ..config import config
 from ..runtime import Buffer, BufferWindow, Program, prefix_source, special_source
 from ..runtime.queue import EXEC
@@ -142,13 +143,17 @@ def _count_structure(order: list[Node], info: dict) -> None:
     entry[0] += 1
     entry[1] = specs
     if entry[0] == config.recompile_warn:
-        why = ("input shapes keep changing; pad inputs to a few bucket sizes so that programs "
-               "are reused") if info["changed"] else (
-            "a constant compiled into it keeps changing while no input shape does: a Python "
-            "int operand (x * step) is compiled in, where a float is a runtime scalar; pass "
-            "such a number as a float or a 0-d tensor")
+        why = ("input shapes keep changing; pad inputs to a few bucket sizes on the CPU before "
+               "moving them (lazydev.pad_to_bucket), or keep a sequence that grows on the "
+               "device in a buffer of its final size written at a position (buf[:, t] = x), so "
+               "that programs are reused") if info["changed"] else (
+            "a constant compiled into it keeps changing while no input shape does: an int that "
+            "is part of the graph, such as the position of a write (cache[:, t] = v), a slice "
+            "of a value computed in the step, or an int operand of an integer op; write at a "
+            "position held in a wse tensor (cache.index_copy_(1, t_tensor, v)) or pass the "
+            "number as a 0-d tensor")
         warnings.warn(f"lazydev: one graph structure has been compiled {entry[0]} times because "
-                      f"{why}", stacklevel=4)
+                      f"{why}", stacklevel=user_stacklevel())
 
 
 def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:

@@ -546,8 +546,10 @@ def _write(e: Emitter, n: Node, flat: str, value: str, combine: Op | None) -> No
 
 
 def scatter_strided(e: Emitter, n: Node) -> None:
-    base, value = n.src
+    base, value = n.src[:2]
     size, stride, offset = n.arg
+    if offset is None:      # a runtime position (Note [Positions of writes] in wse_tensor.py)
+        offset = e.load(n.src[2], Idx((), flat="0"))
     _copy_base(e, n, base)
     overlapping = any(s == 0 and d > 1 for s, d in zip(stride, size))
     if not overlapping:

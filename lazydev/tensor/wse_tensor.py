@@ -426,9 +426,17 @@ def write(t: WseTensor, node: Node) -> None:
             t._lz_cache = (st.version, state._current.id, seen)
         return
     base = st.value((numel,))
-    st.set_node(Node(_SCATTER_STRIDED, dtype, (numel,), (base, node), (size, stride, offset)))
+    at = state.scalar(float(offset), torch.int64)          # Note [Positions of writes]
+    st.set_node(Node(_SCATTER_STRIDED, dtype, (numel,), (base, node, at), (size, stride, None)))
 
 
+# Note [Positions of writes]
+# A write through a view (cache[:, t] = k, history[step] = loss) replaces part of its storage's
+# value: SCATTER_STRIDED of the view's values into the old value at the view's sizes, strides
+# and offset. The offset was part of the node, so a loop writing at a new position each step (a
+# static KV cache, a preallocated buffer of losses) compiled a program per step. It is a runtime
+# scalar (an int64 SCALAR, the node's third source; arg's offset is None), as windows make the
+# offsets of reads (Note [Windows]).
 def broadcasts_to(shape: tuple, size: tuple) -> bool:
     """Whether a value of `shape` broadcasts to `size` (copy_'s rule: no new leading dims)."""
     if len(shape) > len(size):
