@@ -1,10 +1,12 @@
-"""GEMM throughput on the transformer workload's shapes: the OpenBLAS lazydev loads (2 threads)
-against torch.mm (MKL), in one process. The GEMM floor of a step is its GEMM FLOPs over this.
+"""GEMM throughput on a workload's shapes (the transformer's, or the MLP's): the OpenBLAS
+lazydev loads (2 threads) against torch.mm (MKL), in one process. The GEMM floor of a step is its
+GEMM FLOPs over this.
 
-    python benchmarks/gemm_shapes.py
+    python benchmarks/gemm_shapes.py [--workload transformer|mlp]
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import time
 
@@ -13,10 +15,15 @@ import torch
 import lazydev.runtime as rt
 
 # (trans_a, trans_b, M, N, K) of the transformer step's GEMMs (d=256, 4x MLP, 1024 tokens).
-SHAPES = [(0, 1, 1024, 1024, 256), (0, 1, 1024, 256, 1024), (0, 0, 1024, 1024, 256),
+TRANSFORMER = [(0, 1, 1024, 1024, 256), (0, 1, 1024, 256, 1024), (0, 0, 1024, 1024, 256),
           (0, 0, 1024, 256, 1024), (1, 0, 1024, 256, 1024), (1, 0, 256, 1024, 1024),
           (0, 1, 1024, 768, 256), (1, 0, 768, 256, 1024), (0, 1, 1024, 256, 256),
           (1, 0, 256, 256, 1024)]
+# The MLP step's (784-1024-1024-10, batch 128): forward x @ W.T, then dX = dY @ W, dW = dY.T @ X.
+MLP = [(0, 1, 128, 1024, 784), (0, 1, 128, 1024, 1024), (0, 1, 128, 10, 1024),
+       (0, 0, 128, 1024, 10), (1, 0, 10, 1024, 128), (0, 0, 128, 1024, 1024),
+       (1, 0, 1024, 1024, 128), (1, 0, 1024, 784, 128)]
+SHAPES = {"transformer": TRANSFORMER, "mlp": MLP}
 
 
 def _best(fn, reps: int = 10) -> float:
@@ -31,6 +38,9 @@ def _best(fn, reps: int = 10) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", choices=sorted(SHAPES), default="transformer")
+    shapes = SHAPES[parser.parse_args().workload]
     torch.set_num_threads(2)
     blas = ctypes.CDLL(rt.blas_library_path)
     blas.scipy_openblas_set_num_threads(2)
@@ -38,7 +48,7 @@ def main() -> None:
     sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
                                            ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
                                            ctypes.c_void_p, ctypes.c_int]
-    for ta, tb, m, n, k in SHAPES:
+    for ta, tb, m, n, k in shapes:
         a = torch.randn(k, m) if ta else torch.randn(m, k)
         b = torch.randn(n, k) if tb else torch.randn(k, n)
         c = torch.empty(m, n)
