@@ -340,9 +340,10 @@ def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_
     """x * step, x + step, step - x, x / step with a new int each step compiled a program each
     (the int was a constant); they are runtime scalars now (Note [Int operands]), with the
     CPU's values. So are the positions of writes, cache[:, t] = v and history[step] = loss
-    (Note [Positions of writes]). An int that stays in the graph (an integer op's operand)
-    warned 'pass such a number as a float' at lazydev's sync.py: the warning now names the
-    cases and a way out, at the user's line."""
+    (Note [Positions of writes]), and of history[step] += v (its copy of the view onto itself,
+    special._copy_). An int that stays in the graph (an integer op's operand) warned 'pass
+    such a number as a float' at lazydev's sync.py: the warning now names the cases and a way
+    out, at the user's line."""
     def run(device):
         w = torch.arange(4.0).to(device)
         cache, history = torch.zeros(2, 12, device=device), torch.zeros(12, device=device)
@@ -350,6 +351,7 @@ def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_
         for step in range(1, 11):
             out.append((w * step + step - w / step, step - w.half() * step))
             cache[:, step] = out[-1][0][:2]
+            history[step - 1] += out[-1][0][1]      # a view read back and copied onto itself
             history[step] = out[-1][0].sum()
             if device == "wse":
                 lazydev.mark_step()

@@ -32,6 +32,11 @@ def _copy_(func, args, kwargs):
         dst.copy_(to_cpu(src, reason="cpu"))
         return dst
     if isinstance(src, WseTensor):
+        # x[i] += v is x[i].add_(v), then x[i] = (that view): a copy of a view onto itself,
+        # which changes nothing; written, it read the view back at its offset, a constant of
+        # the graph, and a loop doing it at a new i each step compiled a program per step.
+        if src._st is dst._st and src._lz_meta == dst._lz_meta:
+            return dst
         write_tensor(dst, src)
         return dst
     if dst._lz_full and tuple(src.shape) == dst._lz_meta[0]:   # a whole-tensor upload
