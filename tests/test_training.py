@@ -161,6 +161,21 @@ def test_mixing_cpu_and_wse_raises_naming_both_devices():
     torch.testing.assert_close(b.cpu(), a.cpu() * 2)
 
 
+def _square_loss_steps(model, opt, xs, device) -> list:
+    """One training step per input in `xs` (CPU tensors) on the mean square of the model's
+    output; the losses."""
+    losses = []
+    for x in xs:
+        loss = model(x.to(device)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if device == "wse":
+            lazydev.mark_step()
+        losses.append(loss.item())
+    return losses
+
+
 @pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
 def test_dropout_draws_the_cpu_s_mask_for_one_seed(p):
     """nn.Dropout reaches native_dropout on a device, whose torch._decomp form drew another
@@ -171,17 +186,8 @@ def test_dropout_draws_the_cpu_s_mask_for_one_seed(p):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                     torch.nn.Dropout(p), torch.nn.Linear(32, 4)).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        losses = []
-        for step in range(3):
-            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step)).to(dev)
-            loss = model(x).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if dev == "wse":
-                lazydev.mark_step()
-            losses.append(loss.item())
+        xs = [torch.randn(8, 16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+        losses = _square_loss_steps(model, torch.optim.SGD(model.parameters(), lr=0.1), xs, dev)
         runs[dev] = (torch.tensor(losses), model[0].weight.detach().cpu(), torch.randn(3))
     for a, b in zip(runs["wse"], runs["cpu"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -307,15 +313,8 @@ def test_batch_norm_running_statistics_match_cpu():
     def run(device):
         torch.manual_seed(0)
         model = CNN().to(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for _ in range(3):
-            x = torch.randn(8, 1, 28, 28).to(device)
-            loss = model(x).square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if device == "wse":
-                lazydev.mark_step()
+        xs = [torch.randn(8, 1, 28, 28) for _ in range(3)]
+        _square_loss_steps(model, torch.optim.SGD(model.parameters(), lr=0.01), xs, device)
         model.eval()
         with torch.no_grad():
             out = model(torch.ones(2, 1, 28, 28).to(device))

@@ -366,11 +366,9 @@ def value(t: WseTensor) -> Node:
         raise ComplexValue(t.dtype)
     if t._lz_full:
         node = st.value(size)
-    elif st.node is None and st.buf is not None:    # a part of a device buffer
-        node = _window(st, size, stride, offset, numel)
     else:
-        base = st.value((numel,))
-        node = Node(_AS_STRIDED, st.dtype, size, (base,), (stride, offset))
+        base, at = _view_source(st, size, stride, offset, numel)
+        node = Node(_AS_STRIDED, st.dtype, size, (base,), (stride, at))
     if dtype is not st.dtype:
         node = Node(Op.BITCAST, dtype, size, (node,))
     if st.node is None:                 # Note [Value caches]
@@ -389,11 +387,13 @@ def value(t: WseTensor) -> Node:
 # window's reference to the buffer makes it look shared, so it is not donated while a trace or
 # a queued run reads it through one. A view that spans all of its buffer from element 0 (x.t())
 # keeps the whole-buffer slot: it has no offset to vary, and stays donatable.
-def _window(st: Storage, size: tuple, stride: tuple, offset: int, numel: int) -> Node:
-    extent = build.extent(size, stride, offset) - offset
-    if extent <= 0 or (offset == 0 and extent == numel):
-        return Node(_AS_STRIDED, st.dtype, size, (st.value((numel,)),), (stride, offset))
-    return Node(_AS_STRIDED, st.dtype, size, (st.window(offset, extent),), (stride, 0))
+def _view_source(st: Storage, size: tuple, stride: tuple, offset: int, numel: int):
+    """(node, offset in it) a view of `st` reads: a window of its buffer, or its whole value."""
+    if st.node is None and st.buf is not None:      # a part of a device buffer
+        extent = build.extent(size, stride, offset) - offset
+        if extent > 0 and (offset != 0 or extent != numel):
+            return st.window(offset, extent), 0
+    return st.value((numel,)), offset
 
 
 def bitcasts(dtype: torch.dtype, stored: torch.dtype) -> bool:

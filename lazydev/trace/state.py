@@ -240,20 +240,24 @@ class Storage:
         node of a slot of its own, bound to that part of the buffer (Note [Windows]). Two
         windows at one offset get two slots: merged, the graph's structure would depend on
         whether two offsets happened to meet (data[i] + data[j])."""
-        tr = _current
         item = self.dtype.itemsize
-        tr.inputs.append((self.buf, offset * item, extent * item))
+        _current.windows += 1
+        slot = self._new_slot((self.buf, offset * item, extent * item))
+        return Node(_DATA, self.dtype, (extent,), (), slot)
+
+    def _new_slot(self, binding) -> int:
+        """A DATA slot of the current trace bound to `binding` (this storage's buffer, or a
+        window of it), with the storage's upload line for recompile reasons."""
+        tr = _current
+        tr.inputs.append(binding)
         tr.origins.append(self.origin)
-        tr.windows += 1
-        return Node(_DATA, self.dtype, (extent,), (), len(tr.inputs) - 1)
+        return len(tr.inputs) - 1
 
     def data_node(self, shape: tuple) -> Node:
         tr = _current
         if self._slot_trace != tr.id:
             self._slot_trace = tr.id
-            self._slot = len(tr.inputs)
-            tr.inputs.append(self.buf)
-            tr.origins.append(self.origin)
+            self._slot = self._new_slot(self.buf)
             self._data_nodes = {}
         node = self._data_nodes.get(shape)
         if node is None:
