@@ -90,6 +90,16 @@ static int blas_ok(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, in
    tiles that followed the running thread made a step's values depend on who ran it. */
 typedef struct { int64_t mp, np, count; int fork; } gemm_tiles_t;
 
+/* Note [Tiles for the worker]
+   A matrix product split for a team of two was two tiles, and the queue's worker can pause
+   only between tiles (Note [Sliced GEMM]): the host, come to take over a step's program,
+   waited for up to half a product, its core idle (benchmarks/timeline.py: 1.9-2.2 ms of each
+   MLP step's read, 1.1-1.2 ms with quarters). Up to four tiles per thread, none under
+   WSE_TILE_MIN_WORK multiply-adds; OpenBLAS runs the MLP's products as fast in quarters
+   (benchmarks/kernel_profile.py: 107-114 GFLOP/s against 99-107 in halves). */
+#define WSE_TILES_PER_THREAD 4
+#define WSE_TILE_MIN_WORK (8LL << 20)
+
 static int g_team = 1;
 /* Set inside a loop that spreads its iterations (images) over the team: each GEMM there is one
    tile, wherever the loop runs (for_each_image). */
@@ -104,7 +114,9 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
   if (nt <= 1) return t;
   if (batch < nt && g_fsgemm) return t;   /* the team BLAS forks the team itself */
   if (batch < nt) {
-    int64_t need = (nt + batch - 1) / batch;
+    int64_t per = work / (nt * WSE_TILE_MIN_WORK);      /* Note [Tiles for the worker] */
+    per = per < 1 ? 1 : per > WSE_TILES_PER_THREAD ? WSE_TILES_PER_THREAD : per;
+    int64_t need = (nt * per + batch - 1) / batch;
     if (M >= N) t.mp = need < M ? need : M;
     else t.np = need < N ? need : N;
   }

@@ -348,10 +348,26 @@ void wse_serial_thread(void) {
 #endif
 }
 
+/* Note [Releasing the team]
+   After a parallel region libgomp's team thread spins on the other core for about 5 ms
+   before it sleeps (GOMP_SPINCOUNT, read once when torch loads libgomp).  When the host has
+   run its part of a program and goes back to tracing the next step, the queue's worker
+   (nice 19) is to run the rest on that core, but the spinning thread holds it: the overlap of
+   tracing and execution was lost (Note [Who runs a program] in lazydev/runtime/queue.py).
+   So the host then ends its team (omp_pause_resource_all: the pool's threads exit, about
+   17 us) and the next parallel region starts a new one (about 45 us more than a warm fork).
+   Looked up at start-up, not linked: a libgomp older than OpenMP 5.0 lacks it, and the host
+   then keeps its spinning team.  Returns 0 when released. */
+typedef int (*wse_pause_fn)(int kind);
+static wse_pause_fn g_pause_all;
+
+int wse_release_team(void) { return g_pause_all ? g_pause_all(1 /* omp_pause_soft */) : -1; }
+
 /* Device initialisation: start the OpenMP thread pool and let OpenBLAS allocate its buffers
    now (tens of milliseconds on first use), not inside the first step's program. */
 void wse_warmup(void) {
   wse_kernels_set_team();   /* Note [Fixed tiles] in wse_kernels.c */
+  g_pause_all = (wse_pause_fn)dlsym(RTLD_DEFAULT, "omp_pause_resource_all");
   float a[64 * 64], c[64 * 64];
   for (int i = 0; i < 64 * 64; i++) a[i] = 0.0f;
   wse_kernels_lib.gemm_f32(1, 0, 0, 64, 64, 64, 1.0f, a, 64, 0, a, 64, 0, 0.0f, c, 64, 0);

@@ -820,6 +820,31 @@ def test_a_sliced_gemm_pauses_between_tiles_and_its_bits_follow_no_thread(
     torch.testing.assert_close(want.double(), opa @ opb, rtol=1e-4, atol=1e-3)
 
 
+def test_a_paused_worker_stops_after_one_of_four_tiles_per_team_thread(cdir):
+    """Note [Tiles for the worker] (csrc/wse_kernels.c): a large product is cut into four
+    tiles per thread of the host's team, so a host asking the worker to pause waits for an
+    eighth of it on two threads, not half: the paused run has written one tile of columns."""
+    prog = build_program(cdir, "sliced_gemm_quarters", SLICED_GEMM_C)
+    M, N, K = 128, 1024, 2048
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    c = torch.full((M, N), float("nan"))
+    bufs = [Buffer.from_tensor(x) for x in (a, b, c)]
+    run = prog.start(bufs, [32, 1, 0, 0, M, N, K, 1.0, K, 0, N, 0, 0.0, N, 0])
+    run.pause()
+    done = []
+    t = threading.Thread(target=lambda: done.append(run.resume(limit_us=10**6)))
+    t.start()
+    t.join()
+    team = torch.get_num_threads()
+    tiles = 4 * team if team > 1 else 1
+    written = ~bufs[2].to_tensor(torch.float32, (M, N)).isnan()
+    assert done == [tiles == 1] and run.position() == ((1, 0) if tiles == 1 else (0, 1))
+    assert written.sum().item() == M * N // tiles and written[:, :N // tiles].all()
+    assert run.resume(unpause=True) is True
+    torch.testing.assert_close(bufs[2].to_tensor(torch.float32, (M, N)), a @ b,
+                               rtol=1e-4, atol=1e-3)
+
+
 def _bits_whoever_runs(monkeypatch, step, inputs):
     """`step(*inputs)` on wse twice, the host taking the step's program, then the queue's
     one-thread worker running it before anyone asks; both results, on the CPU."""
@@ -1188,6 +1213,44 @@ def test_a_host_that_needs_a_job_s_first_calls_runs_those_and_leaves_the_rest(mo
     assert ran == [(k, "MainThread") for k in range(5)] + [(k, "lazydev-exec")
                                                            for k in range(5, 20)]
     q.shutdown()
+
+
+def test_a_host_that_leaves_work_for_the_worker_releases_its_team(monkeypatch):
+    """Note [Releasing the team] (csrc/wse_runtime.c): a wait that returns with a job left for
+    the worker ends the host's idle OpenMP team, whose spinning would keep the worker off the
+    other core; a wait that leaves nothing does not (the next region would pay to restart it)."""
+    from lazydev.runtime import queue as Q
+    released = []
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)
+    monkeypatch.setattr(Q, "release_team", lambda: released.append(1))
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    ticket = q.submit(_Steps(20, ran, started))
+    assert q.wait(ticket, calls=5) == [] and released == [1]
+    assert q.wait(ticket) == [] and released == [1]
+    assert [k for k, _ in ran] == list(range(20))
+    q.shutdown()
+
+
+def test_a_released_team_ends_its_threads_and_the_next_gemm_starts_one(gemm_prog):
+    """Note [Releasing the team]: releasing ends the host's team threads (they exit), and the
+    next GEMM big enough to fork starts a team again and is right."""
+    from lazydev.runtime import device as D
+    run, check = _big_gemm(gemm_prog)
+    run()
+    check()
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+    team = torch.get_num_threads()          # the host's team: it and team - 1 threads
+    with_team = threads()
+    assert D.lib.wse_release_team() == 0
+    deadline = time.monotonic() + 10
+    while threads() > with_team - (team - 1) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert threads() == with_team - (team - 1)
+    run()
+    check()
+    assert threads() == with_team
 
 
 def test_a_host_needing_calls_the_worker_has_run_does_not_stop_it(monkeypatch):

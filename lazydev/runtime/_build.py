@@ -46,6 +46,7 @@ const char* wse_hooks_source(void);
 const char* wse_autocast_source(void);
 void    wse_warmup(void);
 void    wse_serial_thread(void);
+int     wse_release_team(void);
 """
 
 

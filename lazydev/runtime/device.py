@@ -101,6 +101,13 @@ lib.wse_warmup()    # device initialisation: thread pool and BLAS buffers, befor
 TEAM_THREAD = threading.get_ident()
 
 
+def release_team() -> None:
+    """On the host, end its idle OpenMP team, whose spinning thread would keep the queue's
+    worker off the other core (Note [Releasing the team] in csrc/wse_runtime.c)."""
+    if threading.get_ident() == TEAM_THREAD:
+        lib.wse_release_team()
+
+
 class DeviceOutOfMemoryError(RuntimeError):
     """Raised when a wse allocation would exceed the device capacity."""
 

@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from .device import release_team
+
 
 # Note [Who runs a program]
 # Only the host forks OpenMP teams (Note [One OpenMP team] in csrc/wse_runtime.c; `Run.resume`
@@ -57,9 +59,13 @@ import time
 # that spinning thread compete for two cores; at equal priority the scheduler often put the
 # worker on the tracing host's core: MLP steps of 10-28 ms among 7 ms ones, CNN steps 6.4 ms
 # against 4.9 at nice 19 (medians of three runs of 60 steps, the two settings alternating).
-# The cost: a step traced in less than the spin (the MLP's 1.6 ms) gets little from the worker.
-# The spin is libgomp's to set, once, from GOMP_SPINCOUNT when torch loads it: too late for us,
-# but a user can (README: the MLP step 7.2 -> 6.6 ms at 2000, torch's eager ops slower).
+# At nice 19 the spinning thread kept the worker off the other core instead (it ran 0 ms of a
+# median MLP step, benchmarks/timeline.py), so a host that leaves work queued for the worker
+# ends its idle team when its wait returns (Note [Releasing the team] in csrc/wse_runtime.c):
+# the worker then runs 5-8 ms of the MLP step while the host traces. Blocks of 15 steps, with
+# and without, alternating 8 times in one process beside eager's: MLP 0.92x eager against
+# 1.09x (with Note [Tiles for the worker] in csrc/wse_kernels.c), CNN 0.72x against 0.83x;
+# the transformer and the 20-op chain, which leave the worker little, unchanged.
 HOST_GRACE = 0.0003
 ORPHAN_GRACE = 0.05
 WORKER_LIMIT_US = 1000
@@ -315,6 +321,8 @@ class ExecQueue:
         target = ticket if ticket is not None else self._last
         if target is not None:
             self._await(target, calls if ticket is not None else None)
+            if self._running or self._pending:      # the worker goes on while the host traces
+                release_team()
         if ticket is None or (ticket.error is not None and not _got_to(ticket, calls)):
             if self._last is not None:
                 self._await(self._last)     # a failure cancels the rest: let them drain
