@@ -1,4 +1,6 @@
 """The wse device from a user's side: creation, transfers, printing, laziness, value semantics."""
+import os
+import time
 import warnings
 
 import pytest
@@ -521,3 +523,46 @@ def test_a_list_of_wse_scalars_makes_a_tensor():
                           device="wse")
     assert nested.device.type == "wse"
     assert_same(nested.cpu(), torch.tensor([[1.0], [-2.0]]))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this platform")
+def test_a_forked_child_reads_computed_values_and_refuses_to_run_programs():
+    """Note [Forked children] (runtime/queue.py): the first program a child forked from a
+    process that used wse ran hung for ever (its OpenMP team's threads stayed in the parent).
+    The child reads values computed before the fork, and running a program raises saying
+    what to do."""
+    w = torch.randn(64, 64)
+    x = w.to("wse")
+    y = x @ x
+    lazydev.mark_step()
+    lazydev.wait()
+    want = w @ w        # not in the child: torch's own threads stayed in the parent too
+    r, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                        # the child: report through the pipe, never return
+        try:
+            os.close(r)
+            got = y.cpu()
+            out = ["read " + ("right" if torch.equal(got, y.cpu()) else "wrong"),
+                   f"{(got - want).abs().max().item():.6f}"]
+            try:
+                (x + 1).cpu()
+                out.append("ran")
+            except RuntimeError as e:
+                out.append(str(e))
+            os.write(wfd, "\n".join(out).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG)[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.01)
+    with os.fdopen(r) as f:
+        lines = f.read().split("\n")
+    assert lines[0] == "read right" and float(lines[1]) < 1e-3
+    assert "forked from the one that used the wse device" in lines[2]
+    assert "'spawn'" in lines[2]

@@ -78,6 +78,26 @@ WORKER_LIMIT_US = 1000
 WORKER_NICE = 19
 
 
+# Note [Forked children]
+# A process forked from one that used wse (multiprocessing's default on Linux) inherits the
+# queue's state but not its threads: no worker, and an OpenMP team whose threads exist only in
+# the parent, so the first program the child ran forked onto them and hung for ever (libgomp
+# has no fork handler). The child may read values already computed (their bytes came with the
+# fork), but running a program raises, as CUDA's "Cannot re-initialize CUDA in forked
+# subprocess" does.
+_PID = os.getpid()
+
+
+def _refuse_forked() -> None:
+    if _PID != os.getpid():
+        raise RuntimeError(
+            "wse programs cannot run in a process forked from the one that used the wse "
+            "device: its runtime threads do not survive fork(). Start child processes with "
+            "multiprocessing's 'spawn' or 'forkserver' method "
+            "(multiprocessing.set_start_method('spawn'), DataLoader(multiprocessing_context="
+            "'spawn')), or give them CPU tensors (tensor.cpu()) made before they start.")
+
+
 def _lower_priority() -> None:
     """WORKER_NICE for the calling thread: Linux applies setpriority to one thread (elsewhere
     it would lower the whole process, so it is left alone there)."""
@@ -181,6 +201,7 @@ class ExecQueue:
 
     def submit(self, job, context=None, holds=None) -> Ticket:
         """Queue `job`: a callable, or a resumable job (Note [Who runs a program])."""
+        _refuse_forked()
         if not hasattr(job, "pause"):
             job = _Whole(job)
         ticket = Ticket(context, holds)
@@ -287,6 +308,7 @@ class ExecQueue:
         up to it on this thread: those the worker has not started, and the rest of the one it
         is running once it pauses."""
         while not target.done.is_set():
+            _refuse_forked()            # nothing would run it (Note [Forked children])
             with self._cv:
                 if target.done.is_set():
                     return
