@@ -15,40 +15,24 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import lazydev  # noqa: E402
+from backends import make  # noqa: E402
 from lazydev.runtime import queue  # noqa: E402
-from worker import read  # noqa: E402
+from worker import run_pipelined, run_steps  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 
-def block(step, sync, steps: int, pipelined: bool) -> float:
+def block(step, backend, steps: int, pipelined: bool) -> float:
     """Median step time of `steps` steps (read each step), or with `pipelined` the mean step
-    time when each step's value is read one step late, in ms."""
+    time when each step's value is read one step late, in ms: as benchmarks/run.py times them."""
     if pipelined:
-        t0, pending = time.perf_counter(), None
-        for i in range(steps):
-            out = step(i)
-            sync()
-            if pending is not None:
-                read(pending)
-            pending = out
-        read(pending)
-        return (time.perf_counter() - t0) / steps * 1e3
-    times = []
-    for i in range(steps):
-        t0 = time.perf_counter()
-        out = step(i)
-        sync()
-        read(out)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        return run_pipelined(step, backend, 0, steps) * 1e3
+    return statistics.median(r["step_s"] for r in run_steps(step, backend, 0, steps)) * 1e3
 
 
 def main() -> None:
@@ -59,21 +43,21 @@ def main() -> None:
     p.add_argument("--pipelined", action="store_true")
     a = p.parse_args()
     release = queue.release_team
-    configs = {"eager": (WORKLOADS[a.workload]("cpu", lambda m: m), lambda: None, None),
-               "wse, team released": (WORKLOADS[a.workload]("wse", lambda m: m),
-                                      lazydev.mark_step, release),
-               "wse, team kept": (WORKLOADS[a.workload]("wse", lambda m: m),
-                                  lazydev.mark_step, lambda: None)}
-    for step, sync, rel in configs.values():        # warm-up: compiles, caches
+    eager, wse = make("eager"), make("wse")
+    workload = WORKLOADS[a.workload]
+    configs = {"eager": (workload(eager.device, eager.wrap), eager, None),
+               "wse, team released": (workload(wse.device, wse.wrap), wse, release),
+               "wse, team kept": (workload(wse.device, wse.wrap), wse, lambda: None)}
+    for step, backend, rel in configs.values():     # warm-up: compiles, caches
         if rel is not None:
             queue.release_team = rel
-        block(step, sync, 3, a.pipelined)
+        block(step, backend, 3, a.pipelined)
     ms = {name: [] for name in configs}
     for _ in range(a.rounds):
-        for name, (step, sync, rel) in configs.items():
+        for name, (step, backend, rel) in configs.items():
             if rel is not None:
                 queue.release_team = rel
-            ms[name].append(block(step, sync, a.steps, a.pipelined))
+            ms[name].append(block(step, backend, a.steps, a.pipelined))
     queue.release_team = release
     table = Table(title=f"{a.workload}: {a.rounds} rounds of {a.steps} steps"
                   + (", pipelined" if a.pipelined else ""))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import warnings
 from collections import Counter, defaultdict, deque
 
+from .log import user_stacklevel
+
 _counts: Counter = Counter()
 _fallbacks: Counter = Counter()
 _times: defaultdict = defaultdict(float)
@@ -45,7 +47,6 @@ def step(record: dict) -> None:
 def warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
-        from .log import user_stacklevel
         warnings.warn(message, stacklevel=user_stacklevel())
 
 
