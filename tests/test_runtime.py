@@ -1215,25 +1215,48 @@ def test_a_host_that_needs_a_job_s_first_calls_runs_those_and_leaves_the_rest(mo
     q.shutdown()
 
 
-def test_a_host_that_leaves_work_for_the_worker_releases_its_team(monkeypatch):
-    """Note [Releasing the team] (csrc/wse_runtime.c): a wait that returns with a job left for
-    the worker ends the host's idle OpenMP team, whose spinning would keep the worker off the
-    other core, if the host was away (tracing) since its last wait; one of a burst of reads
-    does not, nor one that leaves nothing (the next region would pay to restart the team)."""
+def test_a_wait_that_leaves_work_for_the_worker_releases_the_team_when_the_host_traces(
+        monkeypatch):
+    """Note [Release when tracing] (runtime/queue.py): a wait that returns with a job left for
+    the worker marks the release of the host's idle OpenMP team due, and the host releases it
+    once, when it turns to tracing; a burst of reads releases nothing, and a wait that leaves
+    nothing makes no release due (the next region would pay to restart the team)."""
     from lazydev.runtime import queue as Q
     released = []
     monkeypatch.setattr(Q, "HOST_GRACE", 60.0)
-    monkeypatch.setattr(Q, "RELEASE_AWAY", 60.0)
     monkeypatch.setattr(Q, "release_team", lambda: released.append(1))
     q, ran, started = Q.ExecQueue(), [], threading.Event()
     ticket = q.submit(_Steps(200, ran, started))
-    assert q.wait(ticket, calls=5) == [] and released == [1]       # the first wait
-    assert q.wait(ticket, calls=10) == [] and released == [1]      # back within a minute
-    monkeypatch.setattr(Q, "RELEASE_AWAY", 0.0)
-    assert q.wait(ticket, calls=15) == [] and released == [1, 1]
-    assert q.wait(ticket) == [] and released == [1, 1]             # nothing left
+    assert q.wait(ticket, calls=5) == [] and q.release_due() and released == []
+    assert q.wait(ticket, calls=10) == [] and q.release_due() and released == []
+    q.leave_to_worker()
+    assert released == [1] and not q.release_due()
+    q.leave_to_worker()
+    assert released == [1]                                          # once per wait
+    assert q.wait(ticket) == [] and not q.release_due()             # nothing left
+    q.leave_to_worker()
+    assert released == [1]
     assert [k for k, _ in ran] == list(range(200))
     q.shutdown()
+
+
+def test_the_release_comes_at_the_first_op_recorded_after_a_wait(monkeypatch):
+    """Note [Release when tracing]: after a wait that left work (mark_step's, or a read's), the
+    next op that records a value releases the team, once; reads and views record none."""
+    import lazydev.compile as C
+    left = []
+    monkeypatch.setattr(C, "release_due", lambda: True)
+    monkeypatch.setattr(C, "leave_to_worker", lambda: left.append(1))
+    x = torch.arange(6.0, device="wse")
+    y = x + 1
+    lazydev.mark_step()
+    assert y.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert y.view(2, 3)[1].sum().item() == 15.0 and left == [1]     # sum records
+    assert y[1:].cpu().tolist() == [2.0, 3.0, 4.0, 5.0, 6.0] and left == [1]
+    z = y * 2
+    assert left == [1, 1]
+    w = z + 1
+    assert left == [1, 1] and w.cpu().tolist() == [3.0, 5.0, 7.0, 9.0, 11.0, 13.0]
 
 
 def test_a_released_team_ends_its_threads_and_the_next_gemm_starts_one(gemm_prog):

@@ -263,6 +263,17 @@ def wait(buf: Buffer | None = None) -> list:
     return failed
 
 
+def release_due() -> bool:
+    """Whether the last wait left work for the queue's worker, which the host's idle OpenMP
+    team would keep off the other core (Note [Release when tracing] in runtime/queue.py)."""
+    return EXEC.release_due()
+
+
+def leave_to_worker() -> None:
+    """Called when the host turns to tracing: ends its idle team if work is left."""
+    EXEC.leave_to_worker()
+
+
 def throttle(keep: int) -> list:
     """Wait until at most `keep` queued runs are unfinished (Note [Bounded queue] in
     trace/sync.py); returns failed/cancelled tickets, as `wait` does. A failure already known

@@ -61,18 +61,22 @@ from .device import release_team
 # against 4.9 at nice 19 (medians of three runs of 60 steps, the two settings alternating).
 # At nice 19 the spinning thread kept the worker off the other core instead (it ran 0 ms of a
 # median MLP step, benchmarks/timeline.py), so a host that leaves work queued for the worker
-# ends its idle team when its wait returns (Note [Releasing the team] in csrc/wse_runtime.c):
-# the worker then runs 5-8 ms of the MLP step while the host traces. Blocks of 15 steps, with
-# and without, alternating 8 times in one process beside eager's: MLP 0.92x eager against
-# 1.09x (with Note [Tiles for the worker] in csrc/wse_kernels.c), CNN 0.72x against 0.83x;
-# the transformer and the 20-op chain, which leave the worker little, unchanged. But a host
-# reading several values in a row (12 .item()s after a step) paused the worker and restarted
-# its team at each: 21.6 -> 28.1 ms a step. So only a wait that comes RELEASE_AWAY after the
-# last one returned (the host was away, tracing) releases, and a burst of reads keeps the
-# team: 23.5 -> 23.8 ms in a later run, while MLP steps still took 0.84x eager against 0.90x
-# and CNN steps 0.85x against 0.90x without the release (the A/B above, tiles in quarters).
+# ends its idle team (Note [Releasing the team] in csrc/wse_runtime.c): the worker then runs
+# 5-8 ms of the MLP step while the host traces. Blocks of 15 steps, with and without,
+# alternating 8 times in one process beside eager's: MLP 0.92x eager against 1.09x (with Note
+# [Tiles for the worker] in csrc/wse_kernels.c), CNN 0.72x against 0.83x; the transformer and
+# the 20-op chain, which leave the worker little, unchanged.
+# Note [Release when tracing]
+# The release waits for the host to turn to tracing: a wait that returns with work left marks
+# it due, and the host's next recorded value (trace/state.py) calls leave_to_worker. Released
+# as each wait returned, a burst of reads (12 .item()s after a step) paused the worker and
+# restarted the team at each read: 21.6 -> 28.1 ms a step. Released only by a wait that came
+# 1 ms or more after the last one returned, a loss read one step late (mark_step's wait for
+# the oldest step, then at once the read) kept the team spinning through the next step's
+# tracing. Blocks of 20 MLP steps alternating 8 times in one process beside eager's: read one
+# step late, 1.07x eager with that rule against 0.91x released at the next recorded value;
+# read at once, 0.88x against 0.89x. A burst of reads records nothing, so it releases nothing.
 HOST_GRACE = 0.0003
-RELEASE_AWAY = 0.001
 ORPHAN_GRACE = 0.05
 WORKER_LIMIT_US = 1000
 WORKER_NICE = 19
@@ -155,7 +159,7 @@ class ExecQueue:
         self._last = None
         self._inflight: list = []       # tickets submitted, maybe not yet run
         self._worker_job = None         # the job the worker is running
-        self._returned = float("-inf")  # when the last wait returned (Note [Who runs a program])
+        self._release_due = False       # Note [Release when tracing]
 
     def references(self, objs: list) -> list:
         """Per object of `objs`, the references to it outside `objs` and the jobs not yet
@@ -349,11 +353,8 @@ class ExecQueue:
         queue accepts work again after."""
         target = ticket if ticket is not None else self._last
         if target is not None:
-            away = time.perf_counter() - self._returned
             self._await(target, calls if ticket is not None else None)
-            if away > RELEASE_AWAY and (self._running or self._pending):
-                release_team()              # the worker goes on while the host traces
-            self._returned = time.perf_counter()
+            self._release_due = bool(self._running or self._pending)
         if ticket is None or (ticket.error is not None and not _got_to(ticket, calls)):
             if self._last is not None:
                 self._await(self._last)     # a failure cancels the rest: let them drain
@@ -362,6 +363,19 @@ class ExecQueue:
             self._failed = False
             return failed
         return []
+
+    def release_due(self) -> bool:
+        """Whether the last wait left work for the worker (Note [Release when tracing])."""
+        return self._release_due
+
+    def leave_to_worker(self) -> None:
+        """The host turns to tracing: if its last wait left work that is still queued, its
+        idle OpenMP team ends so that the worker gets the other core (Note [Release when
+        tracing])."""
+        if self._release_due:
+            self._release_due = False
+            if self._running or self._pending:
+                release_team()
 
     def shutdown(self) -> None:
         if self._thread is not None and self._thread.is_alive():

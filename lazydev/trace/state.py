@@ -48,6 +48,7 @@ class Trace:
         self.nodes = 0                  # ops dispatched
         self.writes = 0                 # pending values created (for the runaway-trace guard)
         self.guard_at = _guard_threshold(0)
+        self.next_write = None          # called at the next pending value (call_at_next_write)
 
 
 def _guard_threshold(writes: int) -> int:
@@ -57,6 +58,27 @@ def _guard_threshold(writes: int) -> int:
 
 _warned_runaway = set()
 cut_hook = None     # set by trace/sync.py: cut the trace (state cannot import sync)
+
+
+def call_at_next_write(fn) -> None:
+    """Call `fn` when the current trace next gets a pending value: when the host turns to
+    tracing (Note [Release when tracing] in runtime/queue.py). It rides on the runaway guard's
+    threshold, so recording pays nothing for it."""
+    tr = _current
+    tr.next_write = fn
+    tr.guard_at = min(tr.guard_at, tr.writes + 1)
+
+
+def at_threshold(tr) -> None:
+    """tr.writes reached tr.guard_at: the call waiting for this write, then the runaway guard
+    if the trace really is that long."""
+    fn, tr.next_write = tr.next_write, None
+    if fn is not None:
+        tr.guard_at = _guard_threshold(tr.writes)
+        fn()
+        if tr.writes < tr.guard_at:
+            return
+    runaway_guard(tr)
 
 
 def runaway_guard(tr) -> None:
@@ -176,7 +198,7 @@ class Storage:
         tr.live[serial] = self._wref = weakref.ref(self)
         tr.writes += 1
         if tr.writes >= tr.guard_at:
-            runaway_guard(tr)
+            at_threshold(tr)
         return self
 
     def set_node(self, node: Node) -> None:
@@ -190,7 +212,7 @@ class Storage:
         tr.live[self.serial] = ref
         tr.writes += 1
         if tr.writes >= tr.guard_at:
-            runaway_guard(tr)
+            at_threshold(tr)
 
     def materialise(self, buf) -> None:
         self.buf = buf

@@ -29,14 +29,23 @@ def download(buf, dtype, numel, start=0):
     """A host read of elements [start, start + numel): waits for the program writing `buf`,
     raises its error if it failed."""
     state.check_pure()
-    _raise_failures(_compile.wait(buf))
+    _waited(_compile.wait(buf))
     return _compile.download(buf, dtype, numel, start)
 
 
 @state.recorder
 def wait() -> None:
     """Wait for every queued program; raise the first failure among them."""
-    _raise_failures(_compile.wait())
+    _waited(_compile.wait())
+
+
+def _waited(failed: list) -> None:
+    """After a wait: if it left work for the queue's worker, the host's next recorded value
+    releases the host's team (Note [Release when tracing] in runtime/queue.py); then the
+    failures it reported are raised."""
+    if _compile.release_due():
+        state.call_at_next_write(_compile.leave_to_worker)
+    _raise_failures(failed)
 
 
 def _raise_failures(failed: list) -> None:
@@ -132,7 +141,7 @@ def _run(pending, tr, reason, where) -> None:
         st.materialise(buf)
     _step["compile"] += info.get("compile_s", 0.0)
     _log_cut(reason, where, len(pending), info, tr)
-    _raise_failures(_compile.throttle(config.max_queued_steps if config.async_exec else 0))
+    _waited(_compile.throttle(config.max_queued_steps if config.async_exec else 0))
 
 
 # Note [Bounded queue]
