@@ -37,9 +37,9 @@ def record_runs() -> list:
     resume = lz_compile._Job.resume
     host = threading.get_ident()
 
-    def logged(job, unpause=False, limit_us=0, until=0):
+    def logged(job, unpause=False, limit_us=0, until=0, budget_us=0):
         t0, first = time.perf_counter(), job.run.position()[0]
-        finished = resume(job, unpause, limit_us, until)
+        finished = resume(job, unpause, limit_us, until, budget_us)
         runs.append((threading.get_ident() == host, t0, time.perf_counter() - t0, first,
                      job.run.position()[0], finished))
         return finished

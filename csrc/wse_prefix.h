@@ -77,7 +77,8 @@ enum {
    lazydev/compile/passes.py). When stop[1] is nonzero it also pauses before a call whose last
    run took more than stop[1] microseconds: a worker that runs on one thread leaves long calls
    to a host that may soon wait for them, except sliced GEMMs, which may also pause inside,
-   with their progress in stop[2] (Note [Sliced GEMM]). */
+   with their progress in stop[2] (Note [Sliced GEMM]), and calls that fit in what is left of
+   stop[4], a budget in microseconds from the entry's start (WSE_IN_BUDGET). */
 typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
                             const double* scalars, int64_t* errinfo, int32_t* next,
                             const volatile int32_t* stop);
@@ -98,6 +99,12 @@ static inline int64_t wse_clock_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
+
+/* Whether a call whose last run took `us` still fits in the run's budget (stop[4]) if it
+   starts now: twice its time, as the last run may have had the host's team and this one has
+   one thread (Note [Worker's budget] in lazydev/runtime/queue.py). */
+#define WSE_IN_BUDGET(stop, t_entry, us)                                                   \
+  ((stop)[4] && (wse_clock_ns() - (t_entry)) / 1000 + 2 * (int64_t)(us) <= (stop)[4])
 
 /* Conv parameter slots, so generated code need not hard-code offsets. */
 enum {

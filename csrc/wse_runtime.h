@@ -33,8 +33,8 @@ void    wse_empty_cache(void);        /* release them */
 void* wse_program_load(const char* so_path, char* errbuf, int errlen);
 /* Calls entry(&lib, bufs, scalars, errinfo, next, stop) and returns its code (WSE_PAUSED
    when stop[0] was set before the call at *next, or inside a sliced GEMM there). stop has
-   four slots: pause flag, long-call limit, sliced GEMM progress, call to stop before
-   (csrc/wse_prefix.h). */
+   five slots: pause flag, long-call limit, sliced GEMM progress, call to stop before, budget
+   for long calls (csrc/wse_prefix.h). */
 int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
                       int64_t* errinfo, int32_t* next, int32_t* stop);
 

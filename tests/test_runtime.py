@@ -740,6 +740,20 @@ def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
     assert x.to_tensor(torch.float32, (1,)).item() == 121.0
 
 
+def test_a_long_call_that_fits_in_the_budget_starts_under_the_limit(cdir):
+    """stop[4] (WSE_IN_BUDGET, csrc/wse_prefix.h): a run with a limit starts a long call if
+    twice its last run ends within the budget (Note [Worker's budget]), and stops before it
+    if not."""
+    prog = _long_call_program(cdir, "budget")
+    x = Buffer.from_tensor(torch.tensor([0.0]))
+    assert prog.start([x, Buffer(64)], []).resume(limit_us=500) is True   # 3 ms: 11
+    run = prog.start([x, Buffer(64)], [])
+    assert run.resume(limit_us=500, budget_us=5000) is False          # 2 x 3 ms > 5 ms
+    assert x.to_tensor(torch.float32, (1,)).item() == 12.0
+    assert run.resume(limit_us=500, budget_us=10**6) is True          # 6 ms fit in 1 s
+    assert x.to_tensor(torch.float32, (1,)).item() == 121.0
+
+
 def test_a_sliced_kernel_starts_under_the_limit_however_long_its_last_run(cdir):
     """Note [Sliced GEMM]: a kernel that can pause inside itself is started by a run with a
     limit even after a long run, where any other kernel would be left for the host."""
@@ -909,7 +923,7 @@ def test_the_worker_runs_a_long_gemm_in_slices_and_the_host_finishes_it(monkeypa
     resumes, worker_in = [], threading.Event()
     orig = D.Run.resume
 
-    def resume(self, unpause=False, limit_us=0, until=0):
+    def resume(self, unpause=False, limit_us=0, until=0, budget_us=0):
         on_worker = threading.current_thread().name == "lazydev-exec"
         if on_worker:
             worker_in.set()
@@ -942,7 +956,7 @@ def test_a_loss_read_after_mark_step_waits_for_the_calls_that_write_it_only(monk
     resumes = []
     orig = D.Run.resume
 
-    def resume(self, unpause=False, limit_us=0, until=0):
+    def resume(self, unpause=False, limit_us=0, until=0, budget_us=0):
         before = self.position()[0]
         done = orig(self, unpause, limit_us, until)
         resumes.append((threading.current_thread().name, until, before, done))
@@ -974,10 +988,10 @@ def test_a_synchronous_step_runs_after_the_steps_queued_before_it(monkeypatch):
     from lazydev.runtime import device as D
     orig = D.Run.resume
 
-    def slow_worker(self, unpause=False, limit_us=0, until=0):
+    def slow_worker(self, unpause=False, limit_us=0, until=0, budget_us=0):
         if threading.current_thread().name == "lazydev-exec":
             time.sleep(0.2)         # the rest of the first step is still queued below
-        return orig(self, unpause, limit_us, until)
+        return orig(self, unpause, limit_us, until, budget_us)
     monkeypatch.setattr(D.Run, "resume", slow_worker)
     a = torch.randn(256, 256)
     w, p = a.to("wse"), torch.zeros(256, 256).to("wse")
@@ -1127,7 +1141,7 @@ class _Limited:
     def reached(self, calls):
         return False
 
-    def resume(self, unpause=False, limit_us=0, until=0):
+    def resume(self, unpause=False, limit_us=0, until=0, budget_us=0):
         self.runs.append((limit_us, threading.current_thread().name))
         self.ran.set()
         return limit_us == 0
@@ -1166,7 +1180,7 @@ class _Steps:
     def reached(self, calls):
         return self.next >= calls
 
-    def resume(self, unpause=False, limit_us=0, until=0):
+    def resume(self, unpause=False, limit_us=0, until=0, budget_us=0):
         if unpause:
             self.stop = False
         while self.next < self.n:
@@ -1237,6 +1251,35 @@ def test_a_wait_that_leaves_work_for_the_worker_releases_the_team_when_the_host_
     q.leave_to_worker()
     assert released == [1]
     assert [k for k, _ in ran] == list(range(200))
+    q.shutdown()
+
+
+def test_the_worker_plans_on_three_quarters_of_the_host_s_last_tracing(monkeypatch):
+    """Note [Worker's budget]: the host's time from turning to tracing to its next wait is
+    how long the worker may plan on next time, in WORKER_BUDGET parts; before any tracing,
+    nothing."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)
+    monkeypatch.setattr(Q, "release_team", lambda: None)
+    budgets = []
+
+    class Job(_Steps):
+        def resume(self, unpause=False, limit_us=0, until=0, budget_us=0):
+            if threading.current_thread().name == "lazydev-exec":
+                budgets.append(budget_us)
+            return super().resume(unpause, limit_us, until, budget_us)
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    ticket = q.submit(Job(200, ran, started))
+    assert q.wait(ticket, calls=5) == [] and q.release_due()
+    t0 = time.perf_counter()
+    q.leave_to_worker()                         # the host traces for 0.2 s
+    time.sleep(0.2)
+    assert q.wait(ticket, calls=150) == [] and not ticket.done.is_set()
+    traced = time.perf_counter() - t0
+    time.sleep(0.02)                            # the worker takes the job back
+    assert q.wait(ticket) == [] and [k for k, _ in ran] == list(range(200))
+    assert budgets[0] == 0 and len(budgets) >= 2
+    assert 0.75 * 0.2e6 <= budgets[-1] <= 0.75e6 * traced
     q.shutdown()
 
 
@@ -1342,7 +1385,7 @@ class _Job:
     def reached(self, calls):
         return False
 
-    def resume(self, unpause=False, limit_us=0, until=0):
+    def resume(self, unpause=False, limit_us=0, until=0, budget_us=0):
         return True
 
 

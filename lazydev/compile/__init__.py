@@ -91,10 +91,11 @@ class _Job:
         """Whether the first `calls` kernel calls have run (read while another thread runs it)."""
         return self.run.position()[0] >= calls
 
-    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0) -> bool:
+    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0,
+               budget_us: int = 0) -> bool:
         t0 = time.perf_counter()
         try:
-            return self.run.resume(unpause, limit_us, until)
+            return self.run.resume(unpause, limit_us, until, budget_us)
         finally:
             dt = time.perf_counter() - t0
             self.stats["execute_s"] += dt

@@ -426,8 +426,9 @@ class Run:
         self._sc = ffi.new("double[]", vals or [0.0])
         self._err = ffi.new("int64_t[4]")
         self._next = ffi.new("int32_t*", 0)
-        # pause flag, long-call limit, sliced GEMM progress, call to stop before (wse_prefix.h)
-        self._stop = ffi.new("int32_t[4]")
+        # pause flag, long-call limit, sliced GEMM progress, call to stop before, budget for
+        # long calls (wse_prefix.h)
+        self._stop = ffi.new("int32_t[5]")
 
     def pause(self) -> None:
         """Ask the thread running it to stop before its next kernel call, or its GEMM's next
@@ -440,15 +441,17 @@ class Run:
         (Note [Sliced GEMM] in csrc/wse_kernels.c)."""
         return self._next[0], self._stop[2]
 
-    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0) -> bool:
+    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0,
+               budget_us: int = 0) -> bool:
         """Run on from where it stopped; True when finished, False when paused (a pause asked
         before this call counts, unless `unpause`). With `limit_us` it also pauses before a
-        call whose last run took longer, with `until` before call `until`. Raises the
-        program's error."""
+        call whose last run took longer, unless twice that still ends within `budget_us` of
+        this resume's start; with `until` before call `until`. Raises the program's error."""
         if unpause:
             self._stop[0] = 0
         self._stop[1] = limit_us
         self._stop[3] = until
+        self._stop[4] = min(max(int(budget_us), 0), 2**31 - 1)
         if threading.get_ident() != TEAM_THREAD:
             lib.wse_serial_thread()
         rc = lib.wse_program_run(self._entry, self._bufs, self._sc, self._err, self._next,

@@ -76,7 +76,16 @@ from .device import release_team
 # tracing. Blocks of 20 MLP steps alternating 8 times in one process beside eager's: read one
 # step late, 1.07x eager with that rule against 0.91x released at the next recorded value;
 # read at once, 0.88x against 0.89x. A burst of reads records nothing, so it releases nothing.
+# Note [Worker's budget]
+# WORKER_LIMIT_US keeps the host from waiting long for a call the worker started, but a
+# transformer step's tracing takes the host 42-53 ms, and the worker stopped at the first long
+# call of the step's backward after 0-11 ms of it (benchmarks/timeline.py): the other core sat
+# idle for the rest. The host's tracing takes about as long every step, so the queue keeps how
+# long the host last traced (from leave_to_worker to its next wait) and the worker may start a
+# long call if twice its last run (it may have had the host's two threads) ends within
+# WORKER_BUDGET of that, less what has passed (the budget, csrc/wse_prefix.h).
 HOST_GRACE = 0.0003
+WORKER_BUDGET = 0.75
 ORPHAN_GRACE = 0.05
 WORKER_LIMIT_US = 1000
 WORKER_NICE = 19
@@ -142,7 +151,8 @@ class _Whole:
     def reached(self, calls: int) -> bool:
         return False
 
-    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0) -> bool:
+    def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0,
+               budget_us: int = 0) -> bool:
         self.fn()
         return True
 
@@ -160,6 +170,8 @@ class ExecQueue:
         self._inflight: list = []       # tickets submitted, maybe not yet run
         self._worker_job = None         # the job the worker is running
         self._release_due = False       # Note [Release when tracing]
+        self._left = None               # when the host turned to tracing, until its next wait
+        self._traced = 0.0              # how long it traced then (Note [Worker's budget])
 
     def references(self, objs: list) -> list:
         """Per object of `objs`, the references to it outside `objs` and the jobs not yet
@@ -254,7 +266,15 @@ class ExecQueue:
                 return
             # A job back from a pause nobody took runs whole: no host is coming for it.
             paused = got[2]
-            self._run(got, unpause=paused, limit_us=0 if paused else WORKER_LIMIT_US)
+            self._run(got, unpause=paused, limit_us=0 if paused else WORKER_LIMIT_US,
+                      budget_us=0 if paused else self._budget_us())
+
+    def _budget_us(self) -> int:
+        """The time the worker may plan on before the host is back (Note [Worker's
+        budget])."""
+        left = self._left
+        spent = 0.0 if left is None else time.perf_counter() - left
+        return int(max(self._traced * WORKER_BUDGET - spent, 0.0) * 1e6)
 
     def _finish(self, ticket: Ticket) -> None:
         """Mark `ticket` done. No frame of this queue may still hold its job then: the closure
@@ -277,7 +297,8 @@ class ExecQueue:
             self._worker_job = None
             self._cv.notify_all()
 
-    def _run(self, got: list, unpause: bool, limit_us: int = 0, until: int = 0) -> None:
+    def _run(self, got: list, unpause: bool, limit_us: int = 0, until: int = 0,
+             budget_us: int = 0) -> None:
         """Run the claimed [job, ticket, paused] (emptied here, so that only this frame holds
         the job, and drops it before the ticket is done, _finish)."""
         job, ticket, _ = got
@@ -288,7 +309,7 @@ class ExecQueue:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
         else:
             try:
-                finished = job.resume(unpause, limit_us, until)
+                finished = job.resume(unpause, limit_us, until, budget_us)
             except BaseException as e:   # reported to the host at its next wait
                 ticket.error = e
                 self._failed = True
@@ -352,6 +373,8 @@ class ExecQueue:
         calls; returns the failed and cancelled tickets not reported before, oldest first. The
         queue accepts work again after."""
         target = ticket if ticket is not None else self._last
+        if self._left is not None:      # back from tracing: Note [Worker's budget]
+            self._traced, self._left = time.perf_counter() - self._left, None
         if target is not None:
             self._await(target, calls if ticket is not None else None)
             self._release_due = bool(self._running or self._pending)
@@ -374,6 +397,7 @@ class ExecQueue:
         tracing])."""
         if self._release_due:
             self._release_due = False
+            self._left = time.perf_counter()
             if self._running or self._pending:
                 release_team()
 
