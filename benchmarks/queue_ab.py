@@ -1,13 +1,16 @@
-"""The host's team released or kept (Note [Releasing the team] in csrc/wse_runtime.c), A/B in
-one process beside eager.
+"""A switch of the execution queue on and off, A/B in one process beside eager: the host's team
+released or kept (`--switch release`, Note [Releasing the team] in csrc/wse_runtime.c), or the
+worker's budget for long calls or none (`--switch budget`, Note [Worker's budget] in
+lazydev/runtime/queue.py).
 
 This VM's speed drifts by a third between runs (eager's MLP step 12-23 ms in one day), far more
-than the change measured here, so separate runs of benchmarks/run.py cannot compare the two.
-Here one process alternates blocks of steps: eager, wse with the release (lazydev's default),
-wse with the team kept (the queue's release_team replaced by a no-op), `--rounds` times; the
-table gives each block's median step and its ratio to the eager block beside it.
+than the changes measured here, so separate runs of benchmarks/run.py cannot compare the two.
+Here one process alternates blocks of steps: eager, wse with the switch on (lazydev's default),
+wse with it off, `--rounds` times; the table gives each block's median step and its ratio to
+the eager block beside it.
 
-    python benchmarks/release_ab.py --workload mlp [--steps 15] [--rounds 8] [--pipelined]
+    python benchmarks/queue_ab.py --workload mlp [--switch release|budget] [--steps 15]
+        [--rounds 8] [--pipelined]
 """
 from __future__ import annotations
 
@@ -35,30 +38,42 @@ def block(step, backend, steps: int, pipelined: bool) -> float:
     return statistics.median(r["step_s"] for r in run_steps(step, backend, 0, steps)) * 1e3
 
 
+def _switches() -> dict:
+    """--switch name -> {label: set the queue's module state} for on (the default) and off."""
+    release, budget = queue.release_team, queue.WORKER_BUDGET
+
+    def setting(name, value):
+        return lambda: setattr(queue, name, value)
+    return {"release": {"team released": setting("release_team", release),
+                        "team kept": setting("release_team", lambda: None)},
+            "budget": {f"worker budget {budget}": setting("WORKER_BUDGET", budget),
+                       "no budget": setting("WORKER_BUDGET", 0.0)}}
+
+
 def main() -> None:
+    switches = _switches()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workload", default="mlp", choices=sorted(WORKLOADS))
+    p.add_argument("--switch", default="release", choices=sorted(switches))
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--pipelined", action="store_true")
     a = p.parse_args()
-    release = queue.release_team
     eager, wse = make("eager"), make("wse")
     workload = WORKLOADS[a.workload]
-    configs = {"eager": (workload(eager.device, eager.wrap), eager, None),
-               "wse, team released": (workload(wse.device, wse.wrap), wse, release),
-               "wse, team kept": (workload(wse.device, wse.wrap), wse, lambda: None)}
-    for step, backend, rel in configs.values():     # warm-up: compiles, caches
-        if rel is not None:
-            queue.release_team = rel
+    on = next(iter(switches[a.switch].values()))
+    configs = {"eager": (workload(eager.device, eager.wrap), eager, on)}
+    for label, setup in switches[a.switch].items():
+        configs["wse, " + label] = (workload(wse.device, wse.wrap), wse, setup)
+    for step, backend, setup in configs.values():     # warm-up: compiles, caches
+        setup()
         block(step, backend, 3, a.pipelined)
     ms = {name: [] for name in configs}
     for _ in range(a.rounds):
-        for name, (step, backend, rel) in configs.items():
-            if rel is not None:
-                queue.release_team = rel
+        for name, (step, backend, setup) in configs.items():
+            setup()
             ms[name].append(block(step, backend, a.steps, a.pipelined))
-    queue.release_team = release
+    on()
     table = Table(title=f"{a.workload}: {a.rounds} rounds of {a.steps} steps"
                   + (", pipelined" if a.pipelined else ""))
     for col in ("", "median ms", "ratio to eager (median of rounds)", "per round"):
