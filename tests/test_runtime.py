@@ -928,7 +928,7 @@ def test_the_worker_runs_a_long_gemm_in_slices_and_the_host_finishes_it(monkeypa
         if on_worker:
             worker_in.set()
         before = self.position()
-        done = orig(self, unpause, limit_us, until)
+        done = orig(self, unpause, limit_us, until, budget_us)
         resumes.append((on_worker, before, self.position(), done))
         return done
     monkeypatch.setattr(D.Run, "resume", resume)
@@ -958,7 +958,7 @@ def test_a_loss_read_after_mark_step_waits_for_the_calls_that_write_it_only(monk
 
     def resume(self, unpause=False, limit_us=0, until=0, budget_us=0):
         before = self.position()[0]
-        done = orig(self, unpause, limit_us, until)
+        done = orig(self, unpause, limit_us, until, budget_us)
         resumes.append((threading.current_thread().name, until, before, done))
         return done
     monkeypatch.setattr(D.Run, "resume", resume)
