@@ -94,14 +94,15 @@ def run_pipelined(step, backend, start: int, count: int) -> float:
 RECORD_STEPS = 5     # instrumented steps behind the record µs/op figure
 
 
-def recording_cost(step, backend, i: int):
+def recording_cost(step, backend, i: int, by_op: dict | None = None):
     """(µs per aten op inside lazydev's __torch_dispatch__, ops, µs and ops of the step's first
     dispatch) over one extra, untimed step: the cost of recording itself (argument walk, plan
     lookup or lowering, node creation, hash, wrapping), without the framework code around it
     (modules, autograd, optimizer) and without PyTorch's C++ dispatch into Python (about 2.5 µs
     per op on this machine). The first dispatch after the previous step's sync is reported on its
     own because it also pays for refilling the host core's caches, which the program run by the
-    sync has just flushed (Note [First op after a sync])."""
+    sync has just flushed (Note [First op after a sync]). `by_op`, if given, gathers seconds and
+    ops per aten op name: {name: [s, ops]}."""
     cls = backend.extra["tensor_class"]
     orig = cls.__dict__["__torch_dispatch__"]
     inner = orig.__func__
@@ -115,11 +116,15 @@ def recording_cost(step, backend, i: int):
         finally:
             acc["depth"] -= 1
             if acc["depth"] == 0:
-                dt = time.perf_counter() - t0
+                dt, n = time.perf_counter() - t0, _elements(func, args)
                 acc["s"] += dt
-                acc["n"] += _elements(func, args)
+                acc["n"] += n
                 if acc["first"] is None:
-                    acc["first"] = (dt, _elements(func, args))
+                    acc["first"] = (dt, n)
+                if by_op is not None:
+                    total = by_op.setdefault(func.name(), [0.0, 0])
+                    total[0] += dt
+                    total[1] += n
     cls.__torch_dispatch__ = classmethod(timed)
     try:
         out = step(i)
