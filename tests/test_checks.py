@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import lazydev
 from conftest import assert_same, script_env
+from lazydev.trace.checks import checked as _real_checked
 
 
 def _w(dev):
@@ -183,6 +184,28 @@ def test_a_failed_check_loses_no_data_and_the_next_step_runs():
     w.index_add_(0, _i("wse", 2), _ones("wse"))
     lazydev.mark_step()
     assert_same(w, _w("cpu").index_add(0, torch.tensor([2]), torch.ones(1, 4)))
+
+
+def test_a_loss_checks_its_targets_once_per_trace(monkeypatch):
+    """checks.in_range: the backward's check of a loss's targets is the forward's own check,
+    and the next trace checks them again; values and the out-of-range error are the CPU's."""
+    from lazydev.trace import checks
+    made = []
+    monkeypatch.setattr(checks, "checked", lambda *a: made.append(a) or _real_checked(*a))
+
+    def step(dev, target):
+        x = torch.linspace(-2, 2, 20).reshape(4, 5).to(dev).requires_grad_()
+        loss = F.cross_entropy(x, torch.tensor(target, device=dev))
+        loss.backward()
+        return loss, x.grad
+    assert_same(step("wse", [0, 4, 2, 1]), step("cpu", [0, 4, 2, 1]))
+    assert len(made) == 1
+    lazydev.mark_step()
+    bad = step("wse", [0, 5, 2, 1])
+    assert len(made) == 2
+    with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+        lazydev.mark_step()
+        bad[1].cpu()
 
 
 def test_an_op_that_fails_while_recording_leaves_no_check_behind():

@@ -45,6 +45,7 @@ class Trace:
         self.windows = 0                # DATA slots that are windows (Note [Windows])
         self.live: dict = {}            # serial -> weakref to a pending Storage (may be dead)
         self.keep: list = []            # storages computed at the next sync even if unreferenced
+        self.ranges: dict = {}          # checks.in_range's checks made in this trace
         self.nodes = 0                  # ops dispatched
         self.writes = 0                 # pending values created (for the runaway-trace guard)
         self.guard_at = _guard_threshold(0)
