@@ -242,6 +242,27 @@ def test_weight_norm_backward(dim):
     run_both(lambda v, g: torch._weight_norm(v, g, dim), v.requires_grad_(), g.requires_grad_())
 
 
+@pytest.mark.parametrize("idx", [[3], [[0, 4, 0], [2, 4, 1]], 2], ids=["1d", "2d", "0d"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_embedding_lookups_and_gradients_are_the_cpus(idx, dtype):
+    """aten.embedding lowered to one row gather (trace/lower_nn.py) for 0-, 1- and 2-d indices
+    of either index dtype, rows of padding_idx getting no gradient; a weight that is not 2-d
+    raises the CPU's error."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(5, 3, generator=g)
+    up = torch.randn(torch.tensor(idx).shape + (3,), generator=g)
+    outs = []
+    for d in ("cpu", "wse"):
+        w = weight.to(d, copy=True).requires_grad_()
+        out = F.embedding(torch.tensor(idx, dtype=dtype, device=d), w, padding_idx=0)
+        (out * up.to(d)).sum().backward()
+        outs.append((out.detach().cpu(), w.grad.cpu()))
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+    assert fallbacks() == {}
+    with pytest.raises(RuntimeError, match="'weight' must be 2-D"):
+        F.embedding(torch.tensor(idx, device="wse"), torch.zeros(5, 3, 2, device="wse"))
+
+
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.5])
 def test_embedding_max_norm_renormalises_the_rows_it_reads(norm_type):
     """nn.Embedding(max_norm=...) renormalises the named rows of its weight in place
