@@ -117,8 +117,9 @@ def _bag(args, kwargs):
 
 
 def _embedding(args, kwargs):
-    """embedding(weight, indices, ...): indices in [0, rows). (A 1-d index was checked by the
-    index_select it decomposes into; others become weight[indices], which wraps -1.)"""
+    """embedding(weight, indices, ...): indices in [0, rows). Its lowering (trace/lower_nn.py)
+    gathers rows unchecked, and the decomposition a weight that is not 2-d falls back to would
+    index with weight[indices], which wraps -1."""
     cid = checks.message(IndexError, _SELF)
     return _replace(args, 1, _checked(args[1], args[0].shape[0], cid)), kwargs
 
