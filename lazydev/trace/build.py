@@ -122,6 +122,11 @@ def full(value, dtype: torch.dtype, shape: tuple) -> Node:
     return expand(as_node(value, dtype), tuple(shape))
 
 
+def take_rows(x: Node, index: Node) -> Node:
+    """x[index] for a 1-d index: the rows of x it names, in its order (an INDEX_ND on dim 0)."""
+    return Node(Op.INDEX_ND, x.dtype, index.shape + x.shape[1:], (x, index), (0, 1, 1, False))
+
+
 _HALF = (torch.float16, torch.bfloat16)
 
 

@@ -11,7 +11,7 @@ import math
 import torch
 
 from .build import (Unsupported, as_node, broadcast_shape, cast, contiguous_strides, ew, expand,
-                    full, opmath, reduce, reshape, wrap_dim)
+                    full, opmath, reduce, reshape, take_rows, wrap_dim)
 from .ir import Node, Op
 from .lower import register
 
@@ -410,10 +410,7 @@ def _embedding(spec, weight, indices, padding_idx=-1, scale_grad_by_freq=False, 
     where a lowering is replayed (tensor/replay.py)."""
     if len(weight.shape) != 2:
         raise Unsupported("embedding of a weight that is not 2-d: left to the decomposition")
-    n = indices.numel
-    rows = Node(Op.INDEX_ND, spec.dtype, (n, weight.shape[1]), (weight, reshape(indices, (n,))),
-                (0, 1, 1, False))
-    return reshape(rows, spec.shape)
+    return reshape(take_rows(weight, reshape(indices, (indices.numel,))), spec.shape)
 
 
 @register(aten.embedding_dense_backward.default)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .build import (Unsupported, as_node, broadcast_shape, cast, expand, full, opmath, reduce,
-                    reshape)
+                    reshape, take_rows)
 from .ir import Node, Op
 from .lower import register, scatter
 from .lower_sort import _bin, narrow, take
@@ -242,7 +242,7 @@ def _embedding_bag(spec, weight, indices, offsets, scale_grad_by_freq=False, mod
     bags = _Bags(indices, offsets, out_spec.shape[0], padding_idx)
     # ATen's kernel sums half-precision bags in float: rows are weighed and summed in it here.
     d, dt = weight.shape[1], opmath(out_spec.dtype)
-    rows = Node(Op.INDEX_ND, dt, (bags.n, d), (cast(weight, dt), bags.indices), (0, 1, 1, False))
+    rows = take_rows(cast(weight, dt), bags.indices)
     if per_sample_weights is not None:
         rows = _bin(Op.MUL, rows, bags.column(cast(per_sample_weights, dt), d))
     words = None
@@ -301,9 +301,9 @@ def _embedding_bag_psw_backward(spec, grad, weight, indices, offsets, offset2bag
                                 padding_idx=-1):
     if mode != _SUM:
         raise Unsupported("per_sample_weights are only defined for mode='sum'")
-    dt, (b, d) = spec.dtype, grad.shape
+    dt, b = spec.dtype, grad.shape[0]
     bags = _Bags(indices, offsets, b, padding_idx)
-    rows = Node(Op.INDEX_ND, dt, (bags.n, d), (cast(weight, dt), bags.indices), (0, 1, 1, False))
+    rows = take_rows(cast(weight, dt), bags.indices)
     dot = reduce(Op.SUM, _bin(Op.MUL, bags.pick(cast(grad, dt)), rows), (1,), False, dt)
     return _where(bags.valid, dot, _k(0, dt))
 

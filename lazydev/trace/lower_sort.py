@@ -21,7 +21,7 @@ import math
 import torch
 
 from .build import as_node, cast, const, contiguous_strides, ew, expand, full
-from .build import broadcast_shape, reduce, reshape, wrap_dim
+from .build import broadcast_shape, reduce, reshape, take_rows, wrap_dim
 from . import checks
 from .ir import Node, Op
 from .lower import _promoted, register, scatter
@@ -397,7 +397,7 @@ def sorted_runs(x: Node, sort: bool = True, dim=None):
     order = _lexsort(rows) if sort else Node(Op.INDEX, i64, (m,), (), 0)
     s = rows
     if sort:
-        s = Node(Op.INDEX_ND, rows.dtype, rows.shape, (rows, order), (0, 1, 1, False))
+        s = take_rows(rows, order)
     if m < 2:
         return s, order, full(True, torch.bool, (m,))
     pads = ((1, 0),) + ((0, 0),) * (len(s.shape) - 1)
