@@ -55,7 +55,7 @@ void  wse_serial_thread(void);          /* kernels this thread runs fork no team
 int   wse_release_team(void);           /* end the calling thread's idle OpenMP team: 0 if so */
 const char* wse_prefix_source(void);  /* defined by the cffi build (_build.py) */
 
-/* ---- internal: shared between wse_runtime.c and wse_kernels.c ------------- */
+/* ---- internal: shared between wse_runtime.c and the kernels (wse_kernels.h) --- */
 typedef void (*wse_sgemm_fn)(int order, int ta, int tb, int M, int N, int K,
                              float alpha, const float* A, int lda,
                              const float* B, int ldb, float beta, float* C, int ldc);

@@ -105,7 +105,7 @@ def test_conv_transpose_groups_dilation():
 
 
 def test_conv_weight_gradient_with_an_inf_input_matches_the_cpu():
-    """The direct backward weight (csrc/wse_kernels.c) multiplies the zero gradient of lanes
+    """The direct backward weight (csrc/wse_conv.c) multiplies the zero gradient of lanes
     past the row's end by inputs; an inf input there gave NaN where torch's gradient is
     finite. An inf in the last column is read only by taps that reach it."""
     g = torch.Generator().manual_seed(5)

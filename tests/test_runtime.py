@@ -1448,7 +1448,7 @@ def scratch_limit():
     lib.wse_set_scratch_limit(0)
 
 
-# (in, out, groups, stride): the direct loops, im2col + GEMM, depthwise (csrc/wse_kernels.c)
+# (in, out, groups, stride): the direct loops, im2col + GEMM, depthwise (csrc/wse_conv.c)
 @pytest.mark.parametrize("cin,cout,groups,stride", [(3, 8, 1, 1), (8, 16, 1, 2), (8, 8, 8, 1)])
 def test_a_convolution_short_of_scratch_raises_and_changes_nothing(scratch_limit, cin, cout,
                                                                     groups, stride):
