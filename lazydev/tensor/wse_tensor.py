@@ -139,7 +139,7 @@ class WseTensor(torch.Tensor):
     # -- materialisation entry points that are not aten ops -------------------------------------
     def __repr__(self, *, tensor_contents=None):
         cpu = to_cpu(self, reason="print")
-        contents = torch._tensor_str._tensor_str(cpu, len(f"tensor("))
+        contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         # PyTorch names subclasses in the prefix; a wse tensor prints as any device tensor does.
         return text.replace(f"{type(self).__name__}(", "tensor(", 1)
