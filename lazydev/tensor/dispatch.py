@@ -25,7 +25,11 @@ from .wse_tensor import (ComplexValue, WseTensor, bitcasts, from_node, restride,
                           write, write_tensor)
 
 aten = torch.ops.aten
+# id(OpOverload) -> its handler. Keyed by id: OpOverload.__hash__ is Python code, 0.2 µs a lookup,
+# and every op looks its handler up (the replay signature keys by id too). `_OPS` keeps every op
+# given a handler alive, so its id is never reused by another.
 _HANDLERS: dict = {}
+_OPS: list = []
 SPECIAL: dict = {}      # filled by tensor/special.py
 
 
@@ -36,9 +40,9 @@ class DeviceMismatch(RuntimeError):
 def dispatch(func, args, kwargs, handler=None):
     """`handler` is given by sparse tensors (tensor/sparse.py), which run every op on the CPU."""
     if handler is None:
-        handler = _HANDLERS.get(func)
+        handler = _HANDLERS.get(id(func))
         if handler is None:
-            handler = _HANDLERS[func] = _choose(func)
+            handler = handler_for(func)
     state._current.nodes += 1
     if _deferred and torch._C._current_graph_task_id() == -1:
         _raise_deferred()
@@ -50,6 +54,15 @@ def dispatch(func, args, kwargs, handler=None):
         if not _DEFER[0] or torch._C._current_graph_task_id() == -1:
             raise e
         return _in_backward(e, func, args, kwargs)
+
+
+def handler_for(func):
+    """func's handler, chosen once (`_choose`) and cached by id (`_HANDLERS`)."""
+    handler = _HANDLERS.get(id(func))
+    if handler is None:
+        _OPS.append(func)
+        handler = _HANDLERS[id(func)] = _choose(func)
+    return handler
 
 
 # Errors of lazydev's own Python (a lowering meeting an output_size it did not expect): what
@@ -554,13 +567,25 @@ def _mutated_positions(func):
     return found
 
 
-def inplace_op(func, args, kwargs):
+def _inplace_info(func) -> tuple:
+    """(functional variant, mutated positions, whether a replay plan may record it). A plan
+    runs the functional op's lowering itself: not for one whose index is checked first, nor one
+    with a handler of its own (index_put reads a uint8 index as a mask; its lowering would take
+    it for positions)."""
     fn = functional_variant(func)
-    positions = _mutated_positions(func)
-    # A plan runs the functional op's lowering itself: not for one whose index is checked first,
-    # nor one with a handler of its own (index_put reads a uint8 index as a mask; its lowering
-    # would take it for positions).
-    if fn not in guards.RULES and fn not in SPECIAL:
+    return fn, _mutated_positions(func), fn not in guards.RULES and fn not in SPECIAL
+
+
+_INPLACE: dict = {}     # id(func) -> _inplace_info(func); keyed by id as _HANDLERS is
+
+
+def inplace_op(func, args, kwargs):
+    info = _INPLACE.get(id(func))
+    if info is None:
+        _OPS.append(func)
+        info = _INPLACE[id(func)] = _inplace_info(func)
+    fn, positions, planned = info
+    if planned:
         out = replay.run_inplace(func, fn, positions, args, kwargs)
         if out is not None:
             return out
@@ -645,9 +670,7 @@ def _planned_foreach(func, args, kwargs):
     if found is None or _deferred or torch._C._current_graph_task_id() != -1:
         return NotImplemented
     elem = found[0]
-    handler = _HANDLERS.get(elem)
-    if handler is None:
-        handler = _HANDLERS[elem] = _choose(elem)
+    handler = handler_for(elem)
     handler = getattr(handler, "unchecked", handler)
     if handler is inplace_op:
         fn, positions = functional_variant(elem), _mutated_positions(elem)

@@ -32,6 +32,7 @@ from .wse_tensor import WseTensor, from_node, value, write
 from . import dtypes
 
 _PLANS: dict = {}           # signature -> Plan (a view op: its output specs), or None
+_KEPT_OPS: dict = {}        # id -> every op a plan was keyed on (signature)
 _MAX_PLANS = 20000          # a bound against signatures that never repeat (growing shapes)
 _SPECIAL_FLOATS = (0.0, 1.0, -1.0)
 _PROBES = ((1.2345678912345, 0.8765432198765), (2.7182818284, 0.3183098861))
@@ -105,8 +106,10 @@ def _shared_scalar(tr, x: float, dtype) -> Node:
 # ---- signatures -------------------------------------------------------------------------------
 
 def signature(func, args, kwargs, tensors: list, floats: list):
-    """Hashable signature of a call; collects its wse tensors and floats in argument order."""
-    key = [func]
+    """Hashable signature of a call; collects its wse tensors and floats in argument order. The
+    op is keyed by id (its __hash__ is Python code, 0.2 µs); _new_plan keeps it alive, so no
+    other op gets its id while a plan is keyed on it."""
+    key = [id(func)]
     for a in args:
         if type(a) is WseTensor:    # _part's first case, inlined: most arguments are tensors
             tensors.append(a)
@@ -289,6 +292,7 @@ def _lookup(func, args, kwargs, make):
 
 
 def _new_plan(key, func, make, tensors):
+    _KEPT_OPS[id(func)] = func      # signature keys by id(func)
     plan = None
     if func not in _VALUE_SENSITIVE and not any(t.dtype.is_complex for t in tensors):
         try:

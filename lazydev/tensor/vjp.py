@@ -25,7 +25,7 @@ from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..trace import meta
-from .dispatch import SPECIAL, _HANDLERS, _choose, fallback_op
+from .dispatch import SPECIAL, fallback_op, handler_for
 from .wse_tensor import WSE
 
 aten = torch.ops.aten
@@ -184,10 +184,7 @@ def _run(func, args, kwargs):
     deferral: a failure here must fail the whole backward op)."""
     if not isinstance(func, torch._ops.OpOverload):
         return func(*args, **kwargs)            # operator.getitem on tuple outputs
-    handler = _HANDLERS.get(func)
-    if handler is None:
-        handler = _HANDLERS[func] = _choose(func)
-    return handler(func, args, kwargs)
+    return handler_for(func)(func, args, kwargs)
 
 
 # ---- rules ------------------------------------------------------------------------------------
