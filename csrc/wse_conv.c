@@ -131,9 +131,10 @@ static void bwd_weight_image(const conv_t* c, const float* gy, const float* x, f
   }
 }
 
-/* Parts to spread images over: the host's team size (Note [Fixed tiles]), whoever runs the
-   conv.  1 means images run one after another and each GEMM / im2col inside forks its own
-   team instead (few, big images).  The parts fork only where the running thread can. */
+/* Parts to spread images over: the host's team size (Note [Fixed tiles] in wse_kernels.c),
+   whoever runs the conv.  1 means images run one after another and each GEMM / im2col inside
+   forks its own team instead (few, big images).  The parts fork only where the running
+   thread can. */
 static int64_t conv_work(const conv_t* c) {
   return c->N * c->G * c->Og * c->L * (c->K > 0 ? c->K : 1);
 }
@@ -538,7 +539,7 @@ static void direct_bwd_weight(const conv_t* c, const float* gy, const float* x, 
   free(part);
 }
 
-/* ---- entry points: 0, or WSE_ERR_NO_MEMORY (Note [Scratch failures]) ------ */
+/* ---- entry points: 0, or WSE_ERR_NO_MEMORY (Note [Scratch failures] in wse_runtime.c) */
 
 int wse_conv2d_f32(const float* x, const float* w, float* y, const int64_t* p,
                    int64_t* errinfo) {
@@ -568,8 +569,8 @@ int wse_conv2d_bwd_input_f32(const float* gy, const float* w, float* gx, const i
 
 /* Images are summed into gw: the images are split into image_threads() fixed blocks, each
    summed into its own copy, and the copies added in block order, so the result does not
-   depend on how many threads ran the blocks (Note [Fixed tiles]). image_threads() is at most
-   N, so every block has an image and writes its whole copy. */
+   depend on how many threads ran the blocks (Note [Fixed tiles] in wse_kernels.c).
+   image_threads() is at most N, so every block has an image and writes its whole copy. */
 static void im2col_bwd_weight(const conv_t* c, const float* gy, const float* x, float* gw,
                               int64_t* failed) {
   int64_t wsize = c->O * c->K;
