@@ -29,7 +29,7 @@ aten = torch.ops.aten
 # and every op looks its handler up (the replay signature keys by id too). `_OPS` keeps every op
 # given a handler alive, so its id is never reused by another.
 _HANDLERS: dict = {}
-_OPS: list = []
+_OPS: dict = {}         # id -> op
 SPECIAL: dict = {}      # filled by tensor/special.py
 
 
@@ -60,7 +60,7 @@ def handler_for(func):
     """func's handler, chosen once (`_choose`) and cached by id (`_HANDLERS`)."""
     handler = _HANDLERS.get(id(func))
     if handler is None:
-        _OPS.append(func)
+        _OPS[id(func)] = func
         handler = _HANDLERS[id(func)] = _choose(func)
     return handler
 
@@ -582,7 +582,7 @@ _INPLACE: dict = {}     # id(func) -> _inplace_info(func); keyed by id as _HANDL
 def inplace_op(func, args, kwargs):
     info = _INPLACE.get(id(func))
     if info is None:
-        _OPS.append(func)
+        _OPS[id(func)] = func
         info = _INPLACE[id(func)] = _inplace_info(func)
     fn, positions, planned = info
     if planned:
