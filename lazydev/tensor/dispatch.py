@@ -25,11 +25,9 @@ from .wse_tensor import (ComplexValue, WseTensor, bitcasts, from_node, restride,
                           write, write_tensor)
 
 aten = torch.ops.aten
-# id(OpOverload) -> its handler. Keyed by id: OpOverload.__hash__ is Python code, 0.2 µs a lookup,
-# and every op looks its handler up (the replay signature keys by id too). `_OPS` keeps every op
-# given a handler alive, so its id is never reused by another.
+# id(OpOverload) -> its handler, keyed by id as the replay signature is (replay.KEPT_OPS, which
+# keeps every op given a handler alive).
 _HANDLERS: dict = {}
-_OPS: dict = {}         # id -> op
 SPECIAL: dict = {}      # filled by tensor/special.py
 
 
@@ -60,7 +58,7 @@ def handler_for(func):
     """func's handler, chosen once (`_choose`) and cached by id (`_HANDLERS`)."""
     handler = _HANDLERS.get(id(func))
     if handler is None:
-        _OPS[id(func)] = func
+        replay.KEPT_OPS[id(func)] = func
         handler = _HANDLERS[id(func)] = _choose(func)
     return handler
 
@@ -582,7 +580,7 @@ _INPLACE: dict = {}     # id(func) -> _inplace_info(func); keyed by id as _HANDL
 def inplace_op(func, args, kwargs):
     info = _INPLACE.get(id(func))
     if info is None:
-        _OPS[id(func)] = func
+        replay.KEPT_OPS[id(func)] = func
         info = _INPLACE[id(func)] = _inplace_info(func)
     fn, positions, planned = info
     if planned:

@@ -32,7 +32,10 @@ from .wse_tensor import WseTensor, from_node, value, write
 from . import dtypes
 
 _PLANS: dict = {}           # signature -> Plan (a view op: its output specs), or None
-_KEPT_OPS: dict = {}        # id -> every op a plan was keyed on (signature)
+# id -> op, for every op something keys by id: the signature here, dispatch's handler and
+# in-place caches. OpOverload.__hash__ is Python code (0.2 µs a lookup); keeping the op alive
+# means no other op ever gets its id.
+KEPT_OPS: dict = {}
 _MAX_PLANS = 20000          # a bound against signatures that never repeat (growing shapes)
 _SPECIAL_FLOATS = (0.0, 1.0, -1.0)
 _PROBES = ((1.2345678912345, 0.8765432198765), (2.7182818284, 0.3183098861))
@@ -292,7 +295,7 @@ def _lookup(func, args, kwargs, make):
 
 
 def _new_plan(key, func, make, tensors):
-    _KEPT_OPS[id(func)] = func      # signature keys by id(func)
+    KEPT_OPS[id(func)] = func       # signature keys by id(func)
     plan = None
     if func not in _VALUE_SENSITIVE and not any(t.dtype.is_complex for t in tensors):
         try:
