@@ -7,7 +7,9 @@ This VM's speed drifts by a third between runs (eager's MLP step 12-23 ms in one
 than the changes measured here, so separate runs of benchmarks/run.py cannot compare the two.
 Here one process alternates blocks of steps: eager, wse with the switch on (lazydev's default),
 wse with it off, `--rounds` times; the table gives each block's median step and its ratio to
-the eager block beside it.
+the eager block beside it. That eager runs in lazydev's process, which can slow it (1.1-1.7x on
+the elementwise chain, benchmarks/paired.py): the ratios compare the two settings, and
+paired.py, with a process per backend, compares wse with eager.
 
     python benchmarks/queue_ab.py --workload mlp [--switch release|budget] [--steps 15]
         [--rounds 8] [--pipelined]
@@ -26,16 +28,8 @@ from rich.table import Table  # noqa: E402
 
 from backends import make  # noqa: E402
 from lazydev.runtime import queue  # noqa: E402
-from worker import run_pipelined, run_steps  # noqa: E402
+from paired import block  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
-
-
-def block(step, backend, steps: int, pipelined: bool) -> float:
-    """Median step time of `steps` steps (read each step), or with `pipelined` the mean step
-    time when each step's value is read one step late, in ms: as benchmarks/run.py times them."""
-    if pipelined:
-        return run_pipelined(step, backend, 0, steps) * 1e3
-    return statistics.median(r["step_s"] for r in run_steps(step, backend, 0, steps)) * 1e3
 
 
 def _switches() -> dict:

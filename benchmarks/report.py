@@ -87,8 +87,8 @@ def _us1(v):
 
 
 COLUMNS = ("workload", "backend", "first step", "step 2", "steady", "min", "vs eager",
-           "vs eager (min)", "pipelined", "vs eager (pipel.)", "peak RSS", "Δ RSS",
-           "trace µs/op", "record µs/op", "notes")
+           "vs eager (min)", "vs eager (paired)", "pipelined", "vs eager (pipel.)", "peak RSS",
+           "Δ RSS", "trace µs/op", "record µs/op", "notes")
 
 
 def _row(by: dict, r: dict) -> list:
@@ -96,10 +96,15 @@ def _row(by: dict, r: dict) -> list:
         return [r["workload"], r["backend"]] + [""] * (len(COLUMNS) - 3) + [_notes(by, r)]
     second = f"{r['warmup_s'][0]:.2f} s" if r.get("warmup_s") else ""
     return [r["workload"], r["backend"], f"{r['first_step_s']:.2f} s", second, _ms(r["median_s"]),
-            _ms(r["min_s"]), _x(ratio(by, r)), _x(ratio(by, r, "min_s")),
+            _ms(r["min_s"]), _x(ratio(by, r)), _x(ratio(by, r, "min_s")), _x(_paired(r)),
             _ms(r.get("pipelined_s")), _x(ratio(by, r, "pipelined_s")),
             f"{r['peak_rss_mb']:.0f} MB", f"+{r['rss_delta_mb']:.0f} MB",
             _us(r.get("us_per_op")), _us1(r.get("record_us_per_op")), _notes(by, r)]
+
+
+def _paired(r: dict):
+    """The paired ratio (benchmarks/paired.py) run.py stored in a wse result, if it ran."""
+    return (r.get("paired") or {}).get("ratio")
 
 
 def results_table(results: list) -> Table:
@@ -132,6 +137,9 @@ def check_targets(results: list) -> list:
             eager = by.get((workload, "eager"), {"error": "missing"})
             rows.append(_check(workload, "steady / eager", RATIO_TARGETS[workload],
                                ratio(by, r), lambda v: f"{v:.2f}x", noisy(r) or noisy(eager)))
+            if "paired" in r:
+                rows.append(_check(workload, "steady / eager, paired blocks",
+                                   RATIO_TARGETS[workload], _paired(r), lambda v: f"{v:.2f}x"))
         rows.append(_check(workload, "first step", FIRST_STEP_TARGET_S,
                            r["first_step_s"] if ok else None, lambda v: f"{v:.2f} s"))
         rows.append(_check(workload, "recording per aten op", TRACE_TARGET_US,
@@ -154,6 +162,11 @@ def targets_table(rows: list) -> Table:
     return t
 
 
+def _repeats(meta: dict) -> str:
+    n = meta.get("repeat", 1)
+    return f", fastest of {n} interleaved runs per pair" if n > 1 else ""
+
+
 def print_report(results: list, targets: list, meta: dict, console: Console) -> None:
     console.print(results_table(results))
     console.print(targets_table(targets))
@@ -161,7 +174,7 @@ def print_report(results: list, targets: list, meta: dict, console: Console) -> 
     console.print(
         f"[bold]Machine:[/] {meta['cpus']} CPUs, torch {meta['torch']}, {meta['steps']} timed "
         f"steps after {meta['warmup']} warm-up steps"
-        f"{', fastest of %d interleaved runs per pair' % meta['repeat'] if meta.get('repeat', 1) > 1 else ''}"
+        f"{_repeats(meta)}"
         f", caches {meta['cache']}, lazydev at "
         f"{meta['revision']}. Load average "
         f"{load0[0]:.2f} at start, {load1[0]:.2f} at end: with a load near or above the CPU "
@@ -170,9 +183,13 @@ def print_report(results: list, targets: list, meta: dict, console: Console) -> 
         "Tracing µs/op = median time from step start to the sync call, divided by the aten ops "
         "the step dispatches (counted by a TorchDispatchMode in an extra untimed step): it "
         "includes the framework's own Python (modules, autograd, optimizer). Record µs/op = time "
-        "inside lazydev's __torch_dispatch__ per op it receives (median of 5 extra steps, instrumented), "
+        "inside lazydev's __torch_dispatch__ per op it receives (median of 5 extra steps, "
+        "instrumented), "
         "not counting PyTorch's C++ dispatch into Python (~2.5 µs). Pipelined = mean step time "
         "when each step's value is read one step late (wse then traces step i+1 while step i "
-        "executes). Peak RSS is the "
+        "executes). Paired = the median, over rounds, of a block of wse steps over the block of "
+        "eager steps run just before or after it, by two processes taking turns "
+        "(benchmarks/paired.py): the machine's drift between workers does not enter it. "
+        "Peak RSS is the "
         "worker's ru_maxrss; Δ is from after its imports. (noisy): median step > "
         f"{NOISY}x the fastest step, for wse or eager; compare the min columns.")

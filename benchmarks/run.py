@@ -44,6 +44,10 @@ def parse_args(argv=None):
                    help="run every (workload, backend) this many times, interleaved (eager, ..., "
                         "wse, eager, ...), and keep each pair's fastest run: this machine's speed "
                         "drifts by tens of percent over minutes, and noise only adds time")
+    p.add_argument("--paired-rounds", type=int, default=8,
+                   help="rounds of the paired eager/wse measurement (benchmarks/paired.py), run "
+                        "for each workload with a ratio target when eager and wse are both "
+                        "asked for; 0 skips it")
     p.add_argument("--json", help="also write all results to this file")
     p.add_argument("--timeout", type=float, default=300,
                    help="seconds before one (workload, backend) worker is stopped")
@@ -51,8 +55,8 @@ def parse_args(argv=None):
                    help="use the user's lazydev and inductor disk caches (default: fresh empty "
                         "caches, so the first step includes a real compile)")
     a = p.parse_args(argv)
-    if a.steps < 1 or a.warmup < 0 or a.repeat < 1:
-        p.error("--steps and --repeat must be >= 1 and --warmup >= 0")
+    if a.steps < 1 or a.warmup < 0 or a.repeat < 1 or a.paired_rounds < 0:
+        p.error("--steps and --repeat must be >= 1, --warmup and --paired-rounds >= 0")
     a.workloads = _choices(a.workloads, WORKLOADS + EXTRA)
     a.backends = _choices(a.backends, BACKENDS)
     return a
@@ -92,19 +96,44 @@ def _warnings(stderr: str) -> list:
     return sorted({line.strip() for line in stderr.splitlines() if "lazydev:" in line})
 
 
-def run_job(workload: str, backend: str, args, cache_root) -> dict:
+def _worker(script: str, options: list, args, cache_root) -> dict:
+    """Run one worker script and parse its result line (or say how it failed)."""
     cache = None if cache_root is None else tempfile.mkdtemp(dir=cache_root)
-    cmd = [sys.executable, os.path.join(HERE, "worker.py"), "--workload", workload,
-           "--backend", backend, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    cmd = [sys.executable, os.path.join(HERE, script), *options]
     try:
         proc = subprocess.run(cmd, env=worker_env(cache), capture_output=True, text=True,
                               timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return {"workload": workload, "backend": backend,
-                "error": f"timeout: still running after {args.timeout:.0f} s"}
+        return {"error": f"timeout: still running after {args.timeout:.0f} s"}
     result = _parse(proc)
-    result.update(workload=workload, backend=backend, warnings=_warnings(proc.stderr))
+    result["warnings"] = _warnings(proc.stderr)
     return result
+
+
+def run_job(workload: str, backend: str, args, cache_root) -> dict:
+    result = _worker("worker.py", ["--workload", workload, "--backend", backend, "--steps",
+                                   str(args.steps), "--warmup", str(args.warmup)],
+                     args, cache_root)
+    result.update(workload=workload, backend=backend)
+    return result
+
+
+def run_paired(results: list, args, cache_root, console) -> None:
+    """The paired ratio (benchmarks/paired.py) of each workload with a ratio target, stored in
+    its wse result as "paired"."""
+    if args.paired_rounds == 0 or not {"eager", "wse"} <= set(args.backends):
+        return
+    by = report.index(results)
+    for workload in args.workloads:
+        wse = by.get((workload, "wse"))
+        if workload not in report.RATIO_TARGETS or wse is None or "error" in wse:
+            continue
+        t0 = time.perf_counter()
+        wse["paired"] = r = _worker("paired.py", ["--workload", workload, "--rounds",
+                                                  str(args.paired_rounds), "--warmup",
+                                                  str(args.warmup)], args, cache_root)
+        status = f"[red]{r['error'][:100]}[/]" if "error" in r else f"wse / eager {r['ratio']:.2f}x"
+        console.print(f"paired: {workload:>15} {time.perf_counter() - t0:6.1f} s  {status}")
 
 
 def _progress(console, i: int, n: int, r: dict, seconds: float) -> None:
@@ -125,7 +154,9 @@ def run_all(args, console) -> list:
             r = run_job(workload, backend, args, cache_root)
             runs.setdefault((workload, backend), []).append(r)
             _progress(console, i, len(jobs), r, time.perf_counter() - t0)
-    return [_fastest(rs) for rs in runs.values()]
+        results = [_fastest(rs) for rs in runs.values()]
+        run_paired(results, args, cache_root, console)
+    return results
 
 
 def _fastest(runs: list) -> dict:
@@ -153,7 +184,7 @@ def machine(args) -> dict:
     return {"revision": revision(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "python": platform.python_version(), "steps": args.steps, "warmup": args.warmup,
             "cache": "warm (user's)" if args.warm_cache else "cold (fresh per worker)",
-            "repeat": args.repeat,
+            "repeat": args.repeat, "paired_rounds": args.paired_rounds,
             "loadavg_start": os.getloadavg()}
 
 

@@ -254,7 +254,7 @@ def bench(workload: str, backend_name: str, steps: int, warmup: int) -> dict:
     return result
 
 
-def _error(exc: BaseException) -> dict:
+def error_result(exc: BaseException) -> dict:
     # The last frames say where it broke; run.py shows the one-line summary in the table.
     frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
     lines = str(exc).strip().splitlines()
@@ -273,7 +273,7 @@ def main(argv=None) -> None:
     try:
         result = bench(a.workload, a.backend, a.steps, a.warmup)
     except Exception as exc:      # a failing backend is a result, not a crash of the run
-        result = _error(exc)
+        result = error_result(exc)
     result.update(workload=a.workload, backend=a.backend, wall_s=time.perf_counter() - t0)
     print(MARKER + json.dumps(result), flush=True)
 
