@@ -113,6 +113,8 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--serve", choices=("eager", "wse"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.rounds < 1 or (a.steps is not None and a.steps < 1) or a.warmup < 0:
+        p.error("--rounds and --steps must be >= 1 and --warmup >= 0")
     if a.serve:
         serve(a.workload, a.serve, a.warmup)
         return
