@@ -56,11 +56,7 @@ def dispatch(func, args, kwargs, handler=None):
 
 def handler_for(func):
     """func's handler, chosen once (`_choose`) and cached by id (`_HANDLERS`)."""
-    handler = _HANDLERS.get(id(func))
-    if handler is None:
-        replay.KEPT_OPS[id(func)] = func
-        handler = _HANDLERS[id(func)] = _choose(func)
-    return handler
+    return _HANDLERS.get(id(func)) or replay.kept(_HANDLERS, func, _choose)
 
 
 # Errors of lazydev's own Python (a lowering meeting an output_size it did not expect): what
@@ -577,12 +573,13 @@ def _inplace_info(func) -> tuple:
 _INPLACE: dict = {}     # id(func) -> _inplace_info(func); keyed by id as _HANDLERS is
 
 
+def _inplace(func) -> tuple:
+    """func's _inplace_info, made once and cached by id."""
+    return _INPLACE.get(id(func)) or replay.kept(_INPLACE, func, _inplace_info)
+
+
 def inplace_op(func, args, kwargs):
-    info = _INPLACE.get(id(func))
-    if info is None:
-        replay.KEPT_OPS[id(func)] = func
-        info = _INPLACE[id(func)] = _inplace_info(func)
-    fn, positions, planned = info
+    fn, positions, planned = _INPLACE.get(id(func)) or _inplace(func)   # inline hit: hot path
     if planned:
         out = replay.run_inplace(func, fn, positions, args, kwargs)
         if out is not None:
@@ -671,7 +668,7 @@ def _planned_foreach(func, args, kwargs):
     handler = handler_for(elem)
     handler = getattr(handler, "unchecked", handler)
     if handler is inplace_op:
-        fn, positions = functional_variant(elem), _mutated_positions(elem)
+        fn, positions, _ = _inplace(elem)
     elif handler is lowered_op:
         fn, positions = None, None
     else:
