@@ -32,6 +32,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+import backends  # noqa: E402
+from worker import run_steps  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -117,19 +119,12 @@ class GemmTimer(TorchDispatchMode):
 
 def eager_profile(name: str, steps: int) -> dict:
     """Eager's median step, then `steps` steps under GemmTimer: GEMM ms and GFLOP a step."""
-    step = WORKLOADS[name]("cpu", lambda m: m)
-    for i in range(3):
-        step(i).item()
-    times = []
-    for i in range(steps):
-        t0 = time.perf_counter()
-        step(i).item()
-        times.append(time.perf_counter() - t0)
+    eager = backends.make("eager")
+    step = WORKLOADS[name](eager.device, eager.wrap)
+    run_steps(step, eager, 0, 3)
+    times = [r["step_s"] for r in run_steps(step, eager, 0, steps)]
     with GemmTimer() as timer:
-        t0 = time.perf_counter()
-        for i in range(steps):
-            step(i).item()
-        timed = (time.perf_counter() - t0) / steps
+        timed = sum(r["step_s"] for r in run_steps(step, eager, 0, steps)) / steps
     return {"step_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
             "gemm_ms": timer.seconds / steps * 1e3, "gflop": timer.flops / steps / 1e9,
             "timed_ms": timed * 1e3}
