@@ -36,14 +36,6 @@ _PLANS: dict = {}           # signature -> Plan (a view op: its output specs), o
 # in-place caches. OpOverload.__hash__ is Python code (0.2 µs a lookup); keeping the op alive
 # means no other op ever gets its id.
 KEPT_OPS: dict = {}
-
-
-def kept(cache: dict, func, make):
-    """cache[id(func)] = make(func), with func kept alive in KEPT_OPS: how dispatch's handler
-    and in-place caches key an op by id (a plan's signature is kept in _new_plan)."""
-    value = cache[id(func)] = make(func)
-    KEPT_OPS[id(func)] = func
-    return value
 _MAX_PLANS = 20000          # a bound against signatures that never repeat (growing shapes)
 _SPECIAL_FLOATS = (0.0, 1.0, -1.0)
 _PROBES = ((1.2345678912345, 0.8765432198765), (2.7182818284, 0.3183098861))
@@ -51,6 +43,14 @@ _WRAPPED = {dt: f"cpu0-{dt}" for dt in (torch.float64, torch.float32, torch.floa
                                        torch.bfloat16)}
 _ATOMS = (int, bool, type(None), str, torch.dtype, torch.device, torch.layout,
           torch.memory_format)
+
+
+def kept(cache: dict, func, make):
+    """cache[id(func)] = make(func), with func kept alive in KEPT_OPS: how dispatch's handler
+    and in-place caches key an op by id (a plan's signature is kept in _new_plan)."""
+    made = cache[id(func)] = make(func)
+    KEPT_OPS[id(func)] = func
+    return made
 
 
 class _NotReplayable(Exception):
