@@ -272,6 +272,10 @@ def build(lowered, fn, args, kwargs, n_inputs: int) -> Plan:
     spec = infer(lowered, args, kwargs)
     if involves_complex(spec):
         raise _NotReplayable
+    return _plan_of(fn, spec, args, kwargs, n_inputs)
+
+
+def _plan_of(fn, spec, args, kwargs, n_inputs: int) -> Plan:
     forms = []
     for probe_set in (0, 1):
         out, probes, scratch = _lower_on_placeholders(fn, spec, args, kwargs, probe_set)
@@ -325,6 +329,14 @@ def _replay(func, args, kwargs, make):
         return None
     plan, tensors, floats = found
     return plan.run([value(t) for t in tensors], floats)
+
+
+def run_rule(rule, args):
+    """The output node(s) of `rule(None, *args)`, a function of its arguments' metadata that is
+    no aten op's lowering (guards.py's index checks), through a plan keyed by the function
+    itself; None when it must run the general way. The plan's inputs are `args`' wse tensors
+    only, so what it makes depends on nothing else."""
+    return _replay(rule, args, {}, lambda ts: _plan_of(rule, None, args, {}, len(ts)))
 
 
 def element_plan(func, fn, positions, args, kwargs):
