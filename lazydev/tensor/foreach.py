@@ -125,9 +125,10 @@ class _Refused(Exception):
 
 
 class ListPlan:
-    """Per element: its Plan and the indices of its tensors and floats in its value list (the
-    element's arguments, in signature order); `targets`: the value indices an in-place element
-    writes, or None for a functional op."""
+    """Per element: its Plan, the indices of its tensors and floats in its value list (the
+    element's arguments, in signature order) and whether its scalar nodes are shared with the
+    call's other elements; `targets`: the value indices an in-place element writes, or None for
+    a functional op."""
 
     __slots__ = ("elements", "targets")
 
@@ -192,7 +193,10 @@ def _new_list_plan(key, elem, args, arg_layout, kwargs, sources, n, element_plan
                 or not _same([vals[j] for j in floats], found[2]):
             elements = None
             break
-        elements.append((found[0], tensors, floats))
+        # Its scalars are the call's own floats, the same objects for every element: its
+        # plan's scalar nodes are made once per call (Note [Shared scalars]).
+        shares = bool(found[0].args_only and floats and not any(sources[j][0] for j in floats))
+        elements.append((found[0], tensors, floats, shares))
     targets = None
     if inplace is not None:
         n_pos = sum(kw is None for _, kw in arg_layout[:len(args)])
@@ -217,10 +221,14 @@ def _replay(plan: ListPlan, sources):
     n = len(plan.elements)
     # Each element's value list, made by zip in C: one list comprehension less per element.
     rows = zip(*[a if is_list else repeat(a, n) for is_list, a in sources])
+    made: dict = {}                 # plan -> its scalar nodes, for elements that share them
     try:
-        for (p, tensors, floats), vals in zip(plan.elements, rows):
+        for (p, tensors, floats, shares), vals in zip(plan.elements, rows):
+            scalars = made.get(p) if shares else None
+            if shares and scalars is None:
+                scalars = made[p] = p.scalar_nodes([vals[j] for j in floats])
             res = p.run([value(vals[j]) for j in tensors],
-                        [vals[j] for j in floats] if floats else floats)
+                        [vals[j] for j in floats] if floats else floats, scalars)
             if targets is None:
                 out.append(from_node(res) if type(res) is not tuple else
                            tuple([None if r is None else from_node(r) for r in res]))

@@ -61,11 +61,14 @@ class Plan:
     """An op's lowering for one signature: its Macro (trace/macro.py) and, per SCALAR recipe in
     order, where the scalar comes from: ("arg", j) for the j-th float argument, ("const", v)."""
 
-    __slots__ = ("macro", "_scalars", "_as_calls", "_one")
+    __slots__ = ("macro", "_scalars", "_as_calls", "_one", "args_only")
 
     def __init__(self, consts, recipes, out, n_inputs: int):
         self.macro = Macro(consts, recipes, out, n_inputs)
         self._scalars = [(r[4], r[1]) for r in recipes if r[3] is None]
+        # Every runtime scalar is a float argument's (none a constant of the lowering): a
+        # foreach call may then share this plan's scalar nodes among its elements.
+        self.args_only = all(kind == "arg" for (kind, _), _ in self._scalars)
         self._as_calls = self.macro.n_nodes >= MACRO_MIN     # Note [Macro nodes]
         # One node on the inputs and runtime scalars (add, mm, x * 0.5: most ops), made
         # directly by `run`: its sources index `inputs + scalar nodes`, the value list.
@@ -74,7 +77,7 @@ class Plan:
                   and all(r[3] is None for r in recipes[:-1]))
         self._one = self.macro.steps[-1] if single else None
 
-    def _scalar_nodes(self, floats: list):
+    def scalar_nodes(self, floats: list):
         if not self._scalars:
             return ()
         tr = state.current()
@@ -86,14 +89,16 @@ class Plan:
             nodes.append(state.scalar(floats[v] if kind == "arg" else v, dtype))
         return nodes
 
-    def run(self, inputs: list, floats: list):
-        """The plan's output node(s) on `inputs` (value nodes of the call's wse tensors)."""
+    def run(self, inputs: list, floats: list, scalars=None):
+        """The plan's output node(s) on `inputs` (value nodes of the call's wse tensors);
+        `scalars`: its runtime scalar nodes if already made (`scalar_nodes`)."""
+        if scalars is None:
+            scalars = self.scalar_nodes(floats) if self._scalars else ()
         if self._one is not None:
             op, dtype, shape, get, one, arg, local = self._one
-            if self._scalars:
-                inputs = inputs + self._scalar_nodes(floats)
+            if scalars:
+                inputs = inputs + scalars
             return Node.make(op, dtype, shape, (get(inputs),) if one else get(inputs), arg, local)
-        scalars = self._scalar_nodes(floats)
         if self._as_calls:
             return self.macro.call(inputs, scalars)
         return self.macro.apply(inputs, scalars)
