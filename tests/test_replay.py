@@ -1,6 +1,7 @@
 """Replay plans (tensor/replay.py): an op recorded through its plan must build the same values as
 the general path, float arguments must stay runtime values, and signatures a plan cannot
 represent must fall back to the general path."""
+import pytest
 import torch
 
 import lazydev
@@ -257,3 +258,28 @@ def test_foreach_calls_replay_one_plan_per_call_and_match_cpu():
             assert_same(got, exp)
     assert _counts()[0] == plans                  # element plans were made by the first step
     assert len(foreach._LIST_PLANS) == 7 and None not in foreach._LIST_PLANS.values()
+
+
+def test_a_replayed_call_is_not_checked_again_and_other_dtypes_are(monkeypatch):
+    """Note [Checked plans]: mm's dtype rule runs for the call that builds its plan, and the
+    calls after replay that plan unchecked; a call with other dtypes is checked and refused
+    with the CPU's error, before and after."""
+    hits = []
+    real = replay.replayed
+
+    def counted(func, args, kwargs):
+        out = real(func, args, kwargs)
+        hits.append(out is not None)
+        return out
+    monkeypatch.setattr(replay, "replayed", counted)
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    wa, wb = a.to("wse"), b.to("wse")
+    with pytest.raises(RuntimeError, match="same dtype") as cpu:
+        a @ b.double()
+    for _ in range(3):
+        assert_same(wa @ wb, a @ b)
+        with pytest.raises(RuntimeError, match="same dtype") as wse:
+            wa @ wb.double()
+        assert str(wse.value) == str(cpu.value)
+    lazydev.mark_step()
+    assert hits == [False, False, True, False, True, False]

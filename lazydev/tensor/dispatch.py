@@ -121,7 +121,10 @@ def _raise_deferred():
 
 
 def _choose(func):
-    handler = dtypes.checked(func, guards.guarded(func, _choose_handler(func)))
+    inner = guards.guarded(func, _choose_handler(func))
+    handler = dtypes.checked(func, inner)
+    if inner is lowered_op and dtypes.by_dtypes(func):
+        handler = _replayed_first(handler)
     names = {a.name for a in func._schema.arguments}
     if "layout" in names:
         handler = _strided_only(handler)
@@ -136,6 +139,16 @@ def _choose(func):
         partial = torch.Tag.pointwise in func.tags or func is aten.copy_.default
         handler = overlap.refused(handler, written, partial)
     return overlap.on_shared_memory(func, handler, _to_cpu_args)
+
+
+def _replayed_first(checked):
+    """`checked` (lowered_op behind func's dtype rule), with a call that replays a plan not
+    checked again (Note [Checked plans] in tensor/replay.py)."""
+    def run(func, args, kwargs):
+        out = replay.replayed(func, args, kwargs)
+        return checked(func, args, kwargs) if out is None else out
+    run.unchecked = checked.unchecked
+    return run
 
 
 # In-place ops that write every element without reading one: they may overwrite a tensor whose

@@ -291,6 +291,11 @@ def has_rule(func) -> bool:
     return func in _SAME or func in _REFUSED or func in _CONVERTED
 
 
+def by_dtypes(func) -> bool:
+    """func's rule reads its arguments' dtypes only (not numbers' values, as _CONVERTED's)."""
+    return (func in _SAME or func in _REFUSED) and func not in _CONVERTED
+
+
 def checked(func, handler):
     """`handler`, checking func's dtype rule first; `handler` itself for ops without one."""
     if not has_rule(func):

@@ -277,6 +277,8 @@ def build(lowered, fn, args, kwargs, n_inputs: int) -> Plan:
     spec = infer(lowered, args, kwargs)
     if involves_complex(spec):
         raise _NotReplayable
+    if dtypes.has_rule(lowered):
+        dtypes.check(lowered, args, kwargs)     # Note [Checked plans]
     return _plan_of(fn, spec, args, kwargs, n_inputs)
 
 
@@ -368,10 +370,33 @@ def run_lowered(func, args, kwargs):
         return None
     if plan is None:
         return None
-    out = plan.run([value(t) for t in tensors], floats)
+    return _tensors(plan.run([value(t) for t in tensors], floats))
+
+
+def _tensors(out):
     if type(out) is tuple:
         return tuple([None if o is None else from_node(o) for o in out])
     return from_node(out)
+
+
+# Note [Checked plans]
+# An op with a dtype rule (tensor/dtypes.py: mm, addmm, layer_norm) ran its check before every
+# call, a fifth of an addmm's recording. But a plan is built only after that check passed (in
+# `build`, whichever path builds it), and a rule that reads dtypes alone gives one verdict for
+# every call of a signature, which holds every argument's dtype. So such an op's call replays
+# an existing plan unchecked (`replayed`, tensor/dispatch.py _replayed_first), and only a call
+# without one is checked, then recorded the usual way.
+def replayed(func, args, kwargs):
+    """func's new wse tensor(s) from the plan its signature already has, or None (no plan yet,
+    or none can be made): run_lowered without building."""
+    tensors, floats = [], []
+    try:
+        plan = _PLANS.get(signature(func, args, kwargs, tensors, floats))
+    except (_NotReplayable, TypeError):
+        return None
+    if plan is None:
+        return None
+    return _tensors(plan.run([value(t) for t in tensors], floats))
 
 
 def run_nodes(func, fn, args, kwargs):
@@ -399,9 +424,7 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
     lower = LOWERINGS.get(fn)
     if lower is None or not positions or positions[-1] >= len(args):
         raise _NotReplayable
-    if dtypes.has_rule(fn):
-        dtypes.check(fn, args, kwargs)    # the plan runs fn's lowering, not its handler
-    plan = build(fn, lower, args, kwargs, len(tensors))
+    plan = build(fn, lower, args, kwargs, len(tensors))    # checks fn's dtype rule
     out = plan.macro.out
     outs = [out] if type(out) is int else list(out)
     for p, ref in zip(positions, outs):
