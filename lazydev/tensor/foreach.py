@@ -224,11 +224,14 @@ def _replay(plan: ListPlan, sources):
     made: dict = {}                 # plan -> its scalar nodes, for elements that share them
     try:
         for (p, tensors, floats, shares), vals in zip(plan.elements, rows):
-            scalars = made.get(p) if shares else None
-            if shares and scalars is None:
-                scalars = made[p] = p.scalar_nodes([vals[j] for j in floats])
-            res = p.run([value(vals[j]) for j in tensors],
-                        [vals[j] for j in floats] if floats else floats, scalars)
+            given = None            # the element's floats, when its scalars are not made here
+            if shares:
+                scalars = made.get(p)
+                if scalars is None:
+                    scalars = made[p] = p.scalar_nodes([vals[j] for j in floats])
+            else:
+                scalars, given = None, [vals[j] for j in floats] if floats else floats
+            res = p.run([value(vals[j]) for j in tensors], given, scalars)
             if targets is None:
                 out.append(from_node(res) if type(res) is not tuple else
                            tuple([None if r is None else from_node(r) for r in res]))

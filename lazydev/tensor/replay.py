@@ -297,7 +297,8 @@ def _plan_of(fn, spec, args, kwargs, n_inputs: int) -> Plan:
 
 def _lookup(func, args, kwargs, make):
     """(plan, tensors, floats) for this call, or None when it must be recorded the general way.
-    `make(tensors)` builds a new plan or raises."""
+    `make(tensors)` builds a new plan or raises; with `make` None a call without one gets
+    None."""
     tensors, floats = [], []
     try:
         key = signature(func, args, kwargs, tensors, floats)
@@ -305,6 +306,8 @@ def _lookup(func, args, kwargs, make):
     except _NotReplayable:
         return None
     except KeyError:
+        if make is None:
+            return None
         plan = _new_plan(key, func, make, tensors)
     except TypeError:               # an unhashable argument
         return None
@@ -389,14 +392,8 @@ def _tensors(out):
 def replayed(func, args, kwargs):
     """func's new wse tensor(s) from the plan its signature already has, or None (no plan yet,
     or none can be made): run_lowered without building."""
-    tensors, floats = [], []
-    try:
-        plan = _PLANS.get(signature(func, args, kwargs, tensors, floats))
-    except (_NotReplayable, TypeError):
-        return None
-    if plan is None:
-        return None
-    return _tensors(plan.run([value(t) for t in tensors], floats))
+    out = _replay(func, args, kwargs, None)
+    return None if out is None else _tensors(out)
 
 
 def run_nodes(func, fn, args, kwargs):
