@@ -21,6 +21,8 @@
 #include <string.h>
 #include <structmember.h>
 
+#include "wse_record.h"
+
 typedef struct {
   PyObject_HEAD
   PyObject* op;
@@ -144,6 +146,20 @@ static PyObject* node_make(PyObject* unused, PyObject* const* args, Py_ssize_t n
   return (PyObject*)n;
 }
 
+int node_check(PyObject* o) { return Py_TYPE(o) == g_node_type; }
+
+PyObject* node_shape(PyObject* node) {
+  if (Py_TYPE(node) != g_node_type) {
+    PyErr_Format(PyExc_TypeError, "expected a lazydev IR node, not %R", Py_TYPE(node));
+    return NULL;
+  }
+  return ((NodeObject*)node)->shape;
+}
+
+PyObject* node_dtype(PyObject* node) { return ((NodeObject*)node)->dtype; }
+
+PyObject* node_new(PyObject* const fields[6]) { return node_make(NULL, fields, 6); }
+
 static PyObject* node_live(PyObject* self, PyObject* unused) {
   (void)self; (void)unused;
   return PyLong_FromSsize_t(g_live);
@@ -181,6 +197,25 @@ static PyType_Spec node_spec = {"lazydev.trace.ir.Node", sizeof(NodeObject), 0,
 
 static PyMethodDef module_methods[] = {
     {"live", node_live, METH_NOARGS, "live() -> the number of nodes alive"},
+    /* The recording hot path (wse_record.c, Note [Native recording] in tensor/replay.py) */
+    {"setup_tensors", (PyCFunction)(void (*)(void))record_setup_tensors, METH_FASTCALL,
+     "setup_tensors(WseTensor, Storage, strides, fresh, wrapper, device, strided, "
+     "value, write, modes, refuse, acquire, release)"},
+    {"setup_replay", (PyCFunction)(void (*)(void))record_setup_replay, METH_FASTCALL,
+     "setup_replay(plans, part, miss, tensors, NotReplayable, view_miss)"},
+    {"signature", (PyCFunction)(void (*)(void))record_signature, METH_FASTCALL,
+     "signature(func, args, kwargs, tensors, floats) -> a call's replay key"},
+    {"from_node", record_from_node, METH_O, "from_node(node) -> a new wse tensor holding it"},
+    {"run_lowered", (PyCFunction)(void (*)(void))record_run_lowered, METH_FASTCALL,
+     "run_lowered(func, args, kwargs) -> the op's new wse tensor(s) from its plan, or None"},
+    {"setup_dispatch", (PyCFunction)(void (*)(void))record_setup_dispatch, METH_FASTCALL,
+     "setup_dispatch(dispatch, kinds, deferred, state, is_inference_mode_enabled)"},
+    {"run_view", (PyCFunction)(void (*)(void))record_run_view, METH_FASTCALL,
+     "run_view(func, args, kwargs, base) -> new views of base from the cached specs, or None"},
+    {"replay_elements", (PyCFunction)(void (*)(void))record_replay_elements, METH_FASTCALL,
+     "replay_elements(elements, targets, rows) -> a foreach call's new tensors (or [])"},
+    {"torch_dispatch", (PyCFunction)(void (*)(void))record_torch_dispatch, METH_FASTCALL,
+     "torch_dispatch(cls, func, types, args=(), kwargs=None): WseTensor.__torch_dispatch__"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import lazydev
-from lazydev.tensor import replay
+from lazydev.tensor import dispatch, dtypes, replay
 from lazydev.trace.lower import LOWERINGS
 
 from conftest import assert_same
@@ -264,22 +264,66 @@ def test_a_replayed_call_is_not_checked_again_and_other_dtypes_are(monkeypatch):
     """Note [Checked plans]: mm's dtype rule runs for the call that builds its plan, and the
     calls after replay that plan unchecked; a call with other dtypes is checked and refused
     with the CPU's error, before and after."""
-    hits = []
-    real = replay.replayed
+    checks = []
+    make_check = dtypes._make_check
 
-    def counted(func, args, kwargs):
-        out = real(func, args, kwargs)
-        hits.append(out is not None)
-        return out
-    monkeypatch.setattr(replay, "replayed", counted)
+    def counted(func):
+        check = make_check(func)
+
+        def run(args, kwargs):
+            checks.append(tuple(a.dtype for a in args))
+            return check(args, kwargs)
+        return run
+    # mm's handler and check are made again, counting, and put back afterwards; its plans are
+    # built again.
+    mm = torch.ops.aten.mm.default
+    monkeypatch.setattr(dtypes, "_make_check", counted)
+    monkeypatch.setitem(dispatch._HANDLERS, id(mm), None)
+    monkeypatch.setitem(dtypes._checks, mm, None)
+    replay.clear()
     a, b = torch.randn(3, 4), torch.randn(4, 5)
-    wa, wb = a.to("wse"), b.to("wse")
+    wa, wb, wb64 = a.to("wse"), b.to("wse"), b.double().to("wse")
     with pytest.raises(RuntimeError, match="same dtype") as cpu:
         a @ b.double()
     for _ in range(3):
         assert_same(wa @ wb, a @ b)
         with pytest.raises(RuntimeError, match="same dtype") as wse:
-            wa @ wb.double()
+            wa @ wb64
         assert str(wse.value) == str(cpu.value)
     lazydev.mark_step()
-    assert hits == [False, False, True, False, True, False]
+    f32, f64 = torch.float32, torch.float64
+    # The first call: checked by its handler, then by the build of its plan; later calls replay.
+    assert checks == [(f32, f32), (f32, f32), (f32, f64), (f32, f64), (f32, f64)]
+
+
+def _signature(*args, **kwargs):
+    tensors, floats = [], []
+    key = replay.signature(aten.add.Tensor, args, kwargs, tensors, floats)
+    return key, tensors, floats
+
+
+def test_signatures_collect_tensors_and_floats_in_order_and_tell_kinds_apart():
+    """Note [Native recording]: the C signature's own cases and the ones it leaves to `_part`."""
+    x, y = torch.randn(2, 3).to("wse"), torch.randn(3).to("wse")
+    key, tensors, floats = _signature(x, 2.5, [1, 2], None, [x, y], alpha=0.75)
+    assert [id(t) for t in tensors] == [id(x), id(x), id(y)]   # == on wse tensors records
+    assert floats == [2.5, 0.75]
+    # Ordinary floats are runtime values: other values, the same key.
+    assert _signature(x, 3.5, [1, 2], None, [x, y], alpha=0.25)[0] == key
+    kinds = [1.0, 1, True, 0.0, -0.0, float("nan"), [1, 2], (1, 2), [1, True], torch.float32,
+             torch.float64, None, y]
+    keys = [_signature(x, k)[0] for k in kinds]
+    assert len(set(keys)) == len(kinds)
+    assert _signature(x, torch.tensor(0.5, dtype=torch.float64))[2] == [0.5]   # a wrapped number
+    with pytest.raises(replay._NotReplayable):
+        _signature(x, torch.ones(3))            # any other CPU tensor
+
+
+def test_replayed_ops_are_counted_as_the_general_path_counts_them():
+    x = torch.randn(8).to("wse")
+    lazydev.mark_step()
+    before = lazydev.trace.state.current().nodes
+    for _ in range(3):      # the first round builds the plans, the others replay them in C
+        x = (x + 1.5).relu().view(2, 4).view(8).detach()
+    assert lazydev.trace.state.current().nodes - before == 15
+    lazydev.mark_step()

@@ -7,6 +7,7 @@ How an op is handled is decided once per OpOverload (`_choose`) and cached in `_
 """
 from __future__ import annotations
 
+import _lazydev_node as _native
 import torch
 from torch._decomp import decomposition_table
 from torch.utils import _pytree as pytree
@@ -28,6 +29,7 @@ aten = torch.ops.aten
 # id(OpOverload) -> its handler, keyed by id as the replay signature is (replay.KEPT_OPS, which
 # keeps every op given a handler alive).
 _HANDLERS: dict = {}
+_NATIVE: dict = {}      # handler -> how C replays its ops' calls (Note [Native recording])
 SPECIAL: dict = {}      # filled by tensor/special.py
 
 
@@ -148,6 +150,7 @@ def _replayed_first(checked):
         out = replay.replayed(func, args, kwargs)
         return checked(func, args, kwargs) if out is None else out
     run.unchecked = checked.unchecked
+    _NATIVE[run] = 3                # replayed in C, not built (Note [Native recording])
     return run
 
 
@@ -780,3 +783,14 @@ def _upload_out(out):
     if isinstance(out, (list, tuple)):
         return type(out)(_upload_out(o) for o in out)
     return out
+
+
+# Note [Native recording] (tensor/replay.py): WseTensor.__torch_dispatch__ is C, and replays
+# the plan of an op whose handler (in `_HANDLERS`) is lowered_op, view_op, alias_op or a
+# _replayed_first's, unwrapped, itself: `_NATIVE` says how. Any other call, an op without a
+# plan (built only for the first two), and one in inference mode (a view) or with errors
+# waiting (Note [Errors inside backward]) come to `dispatch`. So do calls that raised there:
+# run again here, their error is raised as every op's.
+_NATIVE.update({lowered_op: 1, view_op: 2, alias_op: 4})   # csrc/wse_record.c's kinds
+_native.setup_dispatch(dispatch, _HANDLERS, _NATIVE, _deferred, state,
+                       torch.is_inference_mode_enabled)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from itertools import repeat
 
+import _lazydev_node as _native
 import torch
 import torch.optim.optimizer as _optimizer
 
 from ..trace import state
 from . import replay
-from .wse_tensor import WseTensor, from_node, value, write
+from .wse_tensor import WseTensor
 
 aten = torch.ops.aten
 
@@ -215,30 +216,19 @@ def _same(xs: list, ys: list) -> bool:
 
 
 def _replay(plan: ListPlan, sources):
+    """The call's elements replayed, in C (csrc/wse_record.c replay_elements: Note [Native
+    recording] in tensor/replay.py): per element, its plan run on its tensors' values with its
+    floats or the scalar nodes it shares with the call's other elements that have its plan
+    (made once per call, Note [Shared scalars]); the results are new tensors, or are written
+    to the element's `targets`."""
     tr = state.current()
     tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
-    targets, out = plan.targets, []
     n = len(plan.elements)
-    # Each element's value list, made by zip in C: one list comprehension less per element.
+    # Each element's value list, made by zip in C.
     rows = zip(*[a if is_list else repeat(a, n) for is_list, a in sources])
-    made: dict = {}                 # plan -> its scalar nodes, for elements that share them
     try:
-        for (p, tensors, floats, shares), vals in zip(plan.elements, rows):
-            given = None            # the element's floats, when its scalars are not made here
-            if shares:
-                scalars = made.get(p)
-                if scalars is None:
-                    scalars = made[p] = p.scalar_nodes([vals[j] for j in floats])
-            else:
-                scalars, given = None, [vals[j] for j in floats] if floats else floats
-            res = p.run([value(vals[j]) for j in tensors], given, scalars)
-            if targets is None:
-                out.append(from_node(res) if type(res) is not tuple else
-                           tuple([None if r is None else from_node(r) for r in res]))
-                continue
-            for j, r in zip(targets, res if type(res) is tuple else (res,)):
-                write(vals[j], r)
+        out = _native.replay_elements(plan.elements, plan.targets, rows)
     finally:
         tr.shared_scalars = None
-    tr.nodes += len(plan.elements)
+    tr.nodes += n
     return out

@@ -19,6 +19,7 @@ any error) makes the signature "not replayable", and the op is recorded the gene
 """
 from __future__ import annotations
 
+import _lazydev_node as _native
 import torch
 
 from .. import metrics
@@ -121,22 +122,19 @@ def _shared_scalar(tr, x: float, dtype) -> Node:
 
 # ---- signatures -------------------------------------------------------------------------------
 
-def signature(func, args, kwargs, tensors: list, floats: list):
-    """Hashable signature of a call; collects its wse tensors and floats in argument order. The
-    op is keyed by id (its __hash__ is Python code, 0.2 µs); _new_plan keeps it alive, so no
-    other op gets its id while a plan is keyed on it."""
-    key = [id(func)]
-    for a in args:
-        if type(a) is WseTensor:    # _part's first case, inlined: most arguments are tensors
-            tensors.append(a)
-            key.append(a._lz_meta)
-        else:
-            key.append(_part(a, tensors, floats))
-    if kwargs:
-        for k, v in kwargs.items():
-            key.append(k)
-            key.append(_part(v, tensors, floats))
-    return tuple(key)
+# Note [Native recording]
+# Recording a replayed op cost about ten Python calls: __torch_dispatch__, dispatch, the
+# handler, the signature (the op by id, its wse tensors' _lz_meta, its other arguments' parts,
+# in argument order), the lookup, each argument's value, Plan.run, from_node, fresh. All of that
+# is C now (csrc/wse_record.c), for the ops whose handler is lowered_op, view_op or a
+# _replayed_first's as they are (tensor/dispatch.py), and for a foreach call's elements
+# (tensor/foreach.py _replay). The C takes the common cases and calls back into Python for the
+# rest, so each rule has one definition: `_part` for an argument other than a wse tensor, an
+# int, None, an ordinary float or a list of ints; `_miss` and `_view_miss` for a new signature;
+# Plan.run for a plan of several nodes; wse_tensor.value and write for a tensor that is not all
+# of its storage's value; `_tensors` for several outputs; dispatch.dispatch for every other
+# call, and for one that raised (run again there, it raises as every op's error is raised).
+signature = _native.signature
 
 
 def _part(a, tensors, floats):
@@ -359,21 +357,11 @@ def element_plan(func, fn, positions, args, kwargs):
                    lambda ts: _inplace_plan(fn, positions, args, kwargs, ts))
 
 
-def run_lowered(func, args, kwargs):
-    """A functional op through its plan: its new wse tensor(s), or None (general path).
-    The most frequent call here, so `_replay` is written out (a third of a microsecond)."""
-    tensors, floats = [], []
-    try:
-        key = signature(func, args, kwargs, tensors, floats)
-        plan = _PLANS[key]
-    except KeyError:
-        plan = _new_plan(key, func, lambda ts: build(func, LOWERINGS[func], args, kwargs,
-                                                      len(ts)), tensors)
-    except (_NotReplayable, TypeError):     # TypeError: an unhashable argument
-        return None
-    if plan is None:
-        return None
-    return _tensors(plan.run([value(t) for t in tensors], floats))
+# run_lowered(func, args, kwargs): a functional op through its plan, its new wse tensor(s), or
+# None (general path); `_miss` builds a new signature's plan. In C (Note [Native recording]).
+def _miss(key, func, args, kwargs, tensors):
+    return _new_plan(key, func, lambda ts: build(func, LOWERINGS[func], args, kwargs, len(ts)),
+                     tensors)
 
 
 def _tensors(out):
@@ -452,24 +440,11 @@ def _ref_meta(plan, ref, tensors):
     return recipe[2], recipe[1]
 
 
-def run_view(func, args, kwargs, base):
-    """A view op: new wse tensors over `base`'s storage from the cached output metadata, or None
-    (general path). The plan here is just the output specs. Its lookup is written out as
-    run_lowered's is (views are over a quarter of a transformer step's ops)."""
-    tensors, floats = [], []
-    try:
-        key = signature(func, args, kwargs, tensors, floats)
-        specs = _PLANS[key]
-    except KeyError:
-        specs = _new_plan(key, func, lambda _: _view_specs(func, args, kwargs, base), tensors)
-    except (_NotReplayable, TypeError):
-        return None
-    if specs is None:
-        return None
-    st = base._st
-    if type(specs) is list:         # several views (split, unbind, ...)
-        return tuple([WseTensor._view(st, *s) for s in specs])
-    return WseTensor._view(st, *specs)
+# run_view(func, args, kwargs, base): a view op's new wse tensors over `base`'s storage from its
+# output specs (the plan of a view: WseTensor.view_meta's, a list of them for several views),
+# or None (general path); `_view_miss` makes a new signature's specs. In C, as run_lowered.
+def _view_miss(key, func, args, kwargs, base, tensors):
+    return _new_plan(key, func, lambda _: _view_specs(func, args, kwargs, base), tensors)
 
 
 def _view_specs(func, args, kwargs, base):
@@ -486,3 +461,7 @@ def _view_specs(func, args, kwargs, base):
 
 def clear() -> None:
     _PLANS.clear()
+
+
+_native.setup_replay(_PLANS, _part, _miss, _tensors, _NotReplayable, _view_miss)
+run_lowered, run_view = _native.run_lowered, _native.run_view

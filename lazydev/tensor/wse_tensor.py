@@ -11,6 +11,7 @@ import copy
 import warnings
 import weakref
 
+import _lazydev_node as _native
 import torch
 
 from .. import metrics
@@ -23,17 +24,6 @@ _STRIDES: dict = {}         # shape -> row-major strides
 _LAZY_STATE = frozenset(("_st", "_lz_meta", "_lz_full", "_lz_cache"))   # lazydev's, per tensor
 _AS_STRIDED, _SCATTER_STRIDED = Op.AS_STRIDED, Op.SCATTER_STRIDED    # see trace/state.py _DATA
 _DATA = torch.Tensor.data           # torch's own .data descriptor, which WseTensor.data wraps
-
-
-_acquire, _release = state.RECORDING.acquire, state.RECORDING.release
-
-
-def _dispatch(func, args, kwargs):
-    # Bound to tensor/dispatch.py's dispatch on first use (that module imports this one).
-    global _dispatch
-    from .dispatch import dispatch
-    _dispatch = dispatch
-    return dispatch(func, args, kwargs)
 
 
 # The hot paths (every op's result) call it with positional arguments: size, strides, storage
@@ -125,16 +115,12 @@ class WseTensor(torch.Tensor):
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         _refuse_compile_stack()
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if _modes_active():
-            _refuse_graph_tracing(func)
-        # Note [One recorder at a time]; acquire/release, not `with`: 0.3 µs less per op.
-        _acquire()
-        try:
-            return _dispatch(func, args, kwargs or {})
-        finally:
-            _release()
+    # __torch_dispatch__(cls, func, types, args=(), kwargs=None), in C (csrc/wse_record.c; Note
+    # [Native recording] in tensor/replay.py): with a make_fx mode active, _refuse_graph_tracing
+    # (Note [make_fx on wse]); then, holding RECORDING (Note [One recorder at a time]), the
+    # call through its plan or view if its op's handler is one C replays (dispatch._NATIVE),
+    # else tensor/dispatch.py's dispatch(func, args, kwargs or {}).
+    __torch_dispatch__ = classmethod(_native.torch_dispatch)
 
     # -- materialisation entry points that are not aten ops -------------------------------------
     def __repr__(self, *, tensor_contents=None):
@@ -470,13 +456,13 @@ def restride(t: WseTensor, size, stride, offset: int) -> None:
     t._set_meta(size, stride, offset)
 
 
-def from_node(node: Node) -> WseTensor:
-    """A new tensor (with its own storage) holding `node`."""
-    shape = node.shape
-    numel = 1
-    for d in shape:
-        numel *= d
-    return WseTensor.fresh(Storage.pending(numel, node), shape)   # value(t) is st.node
+# from_node(node): a new tensor (with its own storage) holding `node`, so value(t) is st.node:
+# WseTensor.fresh(Storage.pending(numel, node), node.shape), in C (csrc/wse_record.c: Note
+# [Native recording] in tensor/replay.py), since every recorded op's result is made by it.
+_native.setup_tensors(WseTensor, Storage, _STRIDES, WseTensor.fresh, _wrapper, WSE,
+                      _STRIDED, value, write, _modes_active, _refuse_graph_tracing,
+                      state.RECORDING.acquire, state.RECORDING.release)
+from_node = _native.from_node
 
 
 def from_cpu(cpu: torch.Tensor) -> WseTensor:

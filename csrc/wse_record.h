@@ -1,0 +1,23 @@
+/* Between the node type (wse_node.c) and the recording hot path (wse_record.c): one extension
+   module, `_lazydev_node`. */
+#ifndef WSE_RECORD_H
+#define WSE_RECORD_H
+
+/* wse_node.c */
+int node_check(PyObject* o);                  /* whether `o` is a Node */
+PyObject* node_shape(PyObject* node);         /* borrowed; NULL with TypeError if not a node */
+PyObject* node_dtype(PyObject* node);         /* borrowed */
+PyObject* node_new(PyObject* const fields[6]);  /* Node.make(op, dtype, shape, src, arg, local) */
+
+/* wse_record.c: the module's functions */
+PyObject* record_setup_tensors(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_setup_replay(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_signature(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_from_node(PyObject* m, PyObject* node);
+PyObject* record_run_lowered(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_setup_dispatch(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_run_view(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_replay_elements(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_torch_dispatch(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+
+#endif
