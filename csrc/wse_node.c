@@ -209,7 +209,8 @@ static PyMethodDef module_methods[] = {
     {"run_lowered", (PyCFunction)(void (*)(void))record_run_lowered, METH_FASTCALL,
      "run_lowered(func, args, kwargs) -> the op's new wse tensor(s) from its plan, or None"},
     {"setup_dispatch", (PyCFunction)(void (*)(void))record_setup_dispatch, METH_FASTCALL,
-     "setup_dispatch(dispatch, kinds, deferred, state, is_inference_mode_enabled)"},
+     "setup_dispatch(dispatch, failed, handlers, kinds, deferred, state, "
+     "is_inference_mode_enabled)"},
     {"run_view", (PyCFunction)(void (*)(void))record_run_view, METH_FASTCALL,
      "run_view(func, args, kwargs, base) -> new views of base from the cached specs, or None"},
     {"replay_elements", (PyCFunction)(void (*)(void))record_replay_elements, METH_FASTCALL,

@@ -39,6 +39,7 @@ static PyObject* g_not_replayable;  /* replay._NotReplayable */
 static PyObject* g_view_miss;     /* _view_miss(key, func, args, kwargs, base, tensors) */
 /* From dispatch.py */
 static PyObject* g_dispatch;      /* dispatch(func, args, kwargs): every call not taken here */
+static PyObject* g_failed;        /* failed(e, func, args, kwargs): a call's error, raised */
 static PyObject* g_handlers;      /* id(op) -> its handler (dispatch._HANDLERS) */
 static PyObject* g_kinds;         /* handler -> LOWERED, VIEW, REPLAYED, ALIAS: ops taken here */
 static PyObject* g_deferred;      /* errors raised inside backward, waiting */
@@ -102,13 +103,13 @@ PyObject* record_setup_replay(PyObject* m, PyObject* const* args, Py_ssize_t nar
   return setup("setup_replay", slots, 6, args, nargs);
 }
 
-/* setup_dispatch(dispatch, _HANDLERS, kinds, _deferred, state module,
+/* setup_dispatch(dispatch, failed, _HANDLERS, kinds, _deferred, state module,
    is_inference_mode_enabled) */
 PyObject* record_setup_dispatch(PyObject* m, PyObject* const* args, Py_ssize_t nargs) {
   (void)m;
-  PyObject** const slots[] = {&g_dispatch, &g_handlers, &g_kinds, &g_deferred, &g_state,
-                              &g_inference};
-  return setup("setup_dispatch", slots, 6, args, nargs);
+  PyObject** const slots[] = {&g_dispatch, &g_failed, &g_handlers, &g_kinds, &g_deferred,
+                              &g_state, &g_inference};
+  return setup("setup_dispatch", slots, 7, args, nargs);
 }
 
 /* ---- signatures (replay.signature) ------------------------------------------------------- */
@@ -638,20 +639,30 @@ static int count_op(void) {
   return rc;
 }
 
-/* The call, recorded: through its plan, or by dispatch.py. An error on the fast path is not
-   raised from here: dispatch.py runs the call again and raises it as it raises any op's (a
-   user's error named as the CPU names it; inside backward, deferred). */
+/* The call, recorded: through its plan, or by dispatch.py. An error on the fast path goes to
+   dispatch.py's `failed`, which raises it as it raises any op's (the user's error in the CPU's
+   words; inside backward, deferred). The call is counted either way, as dispatch.py counts. */
 static PyObject* record(PyObject* func, PyObject* args, PyObject* kwargs) {
   PyObject* out = fast_path(func, args, kwargs);
-  if (out) {
-    if (count_op() == 0) return out;
-    Py_CLEAR(out);
+  if (!out && !PyErr_Occurred())
+    return PyObject_CallFunctionObjArgs(g_dispatch, func, args, kwargs, NULL);
+  if (!out && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;   /* KeyboardInterrupt */
+  PyObject *type = NULL, *value = NULL, *tb = NULL;
+  if (!out) {
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb) PyException_SetTraceback(value, tb);
   }
-  if (PyErr_Occurred()) {
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;   /* KeyboardInterrupt */
-    PyErr_Clear();
+  if (count_op() < 0) {
+    Py_XDECREF(out);
+    out = NULL;
+  } else if (!out) {
+    out = PyObject_CallFunctionObjArgs(g_failed, value, func, args, kwargs, NULL);
   }
-  return PyObject_CallFunctionObjArgs(g_dispatch, func, args, kwargs, NULL);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return out;
 }
 
 /* WseTensor.__torch_dispatch__(cls, func, types, args=(), kwargs=None), a classmethod. */

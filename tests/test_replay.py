@@ -327,3 +327,23 @@ def test_replayed_ops_are_counted_as_the_general_path_counts_them():
         x = (x + 1.5).relu().view(2, 4).view(8).detach()
     assert lazydev.trace.state.current().nodes - before == 15
     lazydev.mark_step()
+
+
+def test_an_error_in_a_replayed_call_is_raised_once_as_any_op_s(monkeypatch):
+    """A call replayed in C that raises goes to dispatch.failed, as every op's error does (the
+    CPU's words for it, or deferred inside backward), without being recorded a second time."""
+    from lazydev.trace.state import Storage
+    a = torch.randn(4)
+    x = a.to("wse")
+    x + 1.0                         # the plan, built
+    made = []
+
+    def failing(cls, numel, node):
+        made.append(numel)
+        raise ValueError("no storage today")
+    monkeypatch.setattr(Storage, "pending", classmethod(failing))
+    with pytest.raises(ValueError, match="no storage today"):
+        x + 2.0
+    assert made == [4]
+    monkeypatch.undo()
+    assert_same(x + 2.0, a + 2.0)

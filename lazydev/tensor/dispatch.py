@@ -49,6 +49,17 @@ def dispatch(func, args, kwargs, handler=None):
     try:
         return handler(func, args, kwargs)
     except Exception as e:          # noqa: BLE001 - inside backward: deferred, see the note
+        return failed(e, func, args, kwargs)
+
+
+def failed(e: Exception, func, args, kwargs):
+    """Raise `e`, which recording this call raised, as the user's error (the CPU's, if it raises
+    one), or inside a backward pass defer it (Note [Errors inside backward]). Also for a call
+    replayed in C (Note [Native recording]), which is why it raises `e` again first: the CPU's
+    error then has lazydev's as its context on both paths."""
+    try:
+        raise e
+    except Exception:               # noqa: BLE001 - as above
         if isinstance(e, _PYTHON_ERRORS) and not isinstance(e, ComplexValue):
             e = meta.users_error(func, args, kwargs, e)
         if not _DEFER[0] or torch._C._current_graph_task_id() == -1:
@@ -789,8 +800,8 @@ def _upload_out(out):
 # the plan of an op whose handler (in `_HANDLERS`) is lowered_op, view_op, alias_op or a
 # _replayed_first's, unwrapped, itself: `_NATIVE` says how. Any other call, an op without a
 # plan (built only for the first two), and one in inference mode (a view) or with errors
-# waiting (Note [Errors inside backward]) come to `dispatch`. So do calls that raised there:
-# run again here, their error is raised as every op's.
+# waiting (Note [Errors inside backward]) come to `dispatch`; the error of a call replayed
+# there goes to `failed`, as every op's.
 _NATIVE.update({lowered_op: 1, view_op: 2, alias_op: 4})   # csrc/wse_record.c's kinds
-_native.setup_dispatch(dispatch, _HANDLERS, _NATIVE, _deferred, state,
+_native.setup_dispatch(dispatch, failed, _HANDLERS, _NATIVE, _deferred, state,
                        torch.is_inference_mode_enabled)
