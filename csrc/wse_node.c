@@ -235,5 +235,12 @@ PyMODINIT_FUNC PyInit__lazydev_node(void) {
     return NULL;
   }
   Py_INCREF(g_node_type);   /* the module's reference was stolen; keep our own */
+  if (PyModule_AddIntConstant(m, "LOWERED", LOWERED) < 0 ||
+      PyModule_AddIntConstant(m, "VIEW", VIEW) < 0 ||
+      PyModule_AddIntConstant(m, "REPLAYED", REPLAYED) < 0 ||
+      PyModule_AddIntConstant(m, "ALIAS", ALIAS) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
   return m;
 }

@@ -48,7 +48,6 @@ static PyObject* g_inference;     /* torch.is_inference_mode_enabled */
 static PyObject* g_modes;         /* torch._C._len_torch_dispatch_stack */
 static PyObject* g_refuse;        /* wse_tensor._refuse_graph_tracing(func) */
 static PyObject *g_acquire, *g_release;   /* the RECORDING lock's */
-enum { LOWERED = 1, VIEW = 2, REPLAYED = 3, ALIAS = 4 };
 
 /* Interned attribute names. */
 static PyObject *s_st, *s_meta, *s_full, *s_cache, *s_node, *s_dtype, *s_one, *s_scalars,

@@ -9,6 +9,10 @@ PyObject* node_shape(PyObject* node);         /* borrowed; NULL with TypeError i
 PyObject* node_dtype(PyObject* node);         /* borrowed */
 PyObject* node_new(PyObject* const fields[6]);  /* Node.make(op, dtype, shape, src, arg, local) */
 
+/* How the C replays an op's calls (dispatch._NATIVE maps handlers to these; the module has
+   them as constants of the same names). */
+enum { LOWERED = 1, VIEW = 2, REPLAYED = 3, ALIAS = 4 };
+
 /* wse_record.c: the module's functions */
 PyObject* record_setup_tensors(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
 PyObject* record_setup_replay(PyObject* m, PyObject* const* args, Py_ssize_t nargs);

@@ -161,7 +161,7 @@ def _replayed_first(checked):
         out = replay.replayed(func, args, kwargs)
         return checked(func, args, kwargs) if out is None else out
     run.unchecked = checked.unchecked
-    _NATIVE[run] = 3                # replayed in C, not built (Note [Native recording])
+    _NATIVE[run] = _native.REPLAYED     # replayed in C, not built (Note [Native recording])
     return run
 
 
@@ -802,6 +802,6 @@ def _upload_out(out):
 # plan (built only for the first two), and one in inference mode (a view) or with errors
 # waiting (Note [Errors inside backward]) come to `dispatch`; the error of a call replayed
 # there goes to `failed`, as every op's.
-_NATIVE.update({lowered_op: 1, view_op: 2, alias_op: 4})   # csrc/wse_record.c's kinds
+_NATIVE.update({lowered_op: _native.LOWERED, view_op: _native.VIEW, alias_op: _native.ALIAS})
 _native.setup_dispatch(dispatch, failed, _HANDLERS, _NATIVE, _deferred, state,
                        torch.is_inference_mode_enabled)

@@ -125,15 +125,17 @@ def _shared_scalar(tr, x: float, dtype) -> Node:
 # Note [Native recording]
 # Recording a replayed op cost about ten Python calls: __torch_dispatch__, dispatch, the
 # handler, the signature (the op by id, its wse tensors' _lz_meta, its other arguments' parts,
-# in argument order), the lookup, each argument's value, Plan.run, from_node, fresh. All of that
-# is C now (csrc/wse_record.c), for the ops whose handler is lowered_op, view_op or a
-# _replayed_first's as they are (tensor/dispatch.py), and for a foreach call's elements
-# (tensor/foreach.py _replay). The C takes the common cases and calls back into Python for the
-# rest, so each rule has one definition: `_part` for an argument other than a wse tensor, an
-# int, None, an ordinary float or a list of ints; `_miss` and `_view_miss` for a new signature;
-# Plan.run for a plan of several nodes; wse_tensor.value and write for a tensor that is not all
-# of its storage's value; `_tensors` for several outputs; dispatch.dispatch for every other
-# call, and for one that raised (run again there, it raises as every op's error is raised).
+# in argument order; _new_plan keeps the op alive, so no other op gets its id while a plan is
+# keyed on it), the lookup, each argument's value, Plan.run, from_node, fresh. All of that is C
+# now (csrc/wse_record.c), for the ops whose handler is lowered_op, view_op, alias_op or a
+# _replayed_first's as they are (tensor/dispatch.py `_NATIVE`), and for a foreach call's
+# elements (tensor/foreach.py _replay). The C takes the common cases and calls back into Python
+# for the rest, so each rule has one definition: `_part` for an argument other than a wse
+# tensor, an int, None, an ordinary float or a list of ints; `_miss` and `_view_miss` for a new
+# signature; Plan.scalar_nodes and Plan.run for a plan's scalars and a plan of several nodes;
+# wse_tensor.value and write for a tensor that is not all of its storage's value;
+# Storage.pending for a result's storage; `_tensors` for several outputs; dispatch.dispatch for
+# every other call, and dispatch.failed for the error of a call replayed in C.
 signature = _native.signature
 
 
