@@ -364,6 +364,24 @@ static PyObject* find_plan(PyObject* const* args, PyObject* tensors, PyObject* f
   return plan;
 }
 
+/* [value(t) for t in tensors] (a list), new reference. */
+static PyObject* values_of(PyObject* tensors) {
+  Py_ssize_t n = PyList_Size(tensors);
+  PyObject* values = n >= 0 ? PyList_New(n) : NULL;
+  for (Py_ssize_t i = 0; values && i < n; i++) {
+    PyObject* v = value_of(PyList_GetItem(tensors, i));
+    if (!v || PyList_SetItem(values, i, v) < 0) Py_CLEAR(values);
+  }
+  return values;
+}
+
+/* The new tensor(s) holding a plan's output node(s) `out`: from_node, or replay._tensors for
+   several. */
+static PyObject* tensors_of(PyObject* out) {
+  return node_check(out) ? record_from_node(NULL, out)
+                         : PyObject_CallFunctionObjArgs(g_tensors, out, NULL);
+}
+
 /* A functional op through its plan (`miss` builds a new one; NULL: none is built): its new
    wse tensor(s), or None (the general path). */
 static PyObject* lowered(PyObject* const* args, PyObject* miss) {
@@ -374,15 +392,8 @@ static PyObject* lowered(PyObject* const* args, PyObject* miss) {
     if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
     goto done;
   }
-  Py_ssize_t n = PyList_Size(tensors);
-  if (!(inputs = PyList_New(n))) goto done;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject* v = value_of(PyList_GetItem(tensors, i));
-    if (!v || PyList_SetItem(inputs, i, v) < 0) goto done;
-  }
-  if (!(out = run_plan(plan, inputs, floats, NULL))) goto done;
-  result = node_check(out) ? record_from_node(NULL, out)
-                           : PyObject_CallFunctionObjArgs(g_tensors, out, NULL);
+  if ((inputs = values_of(tensors)) && (out = run_plan(plan, inputs, floats, NULL)))
+    result = tensors_of(out);
 done:
   Py_XDECREF(tensors);
   Py_XDECREF(floats);
@@ -463,19 +474,12 @@ static int replay_element(PyObject* e, PyObject* vals, PyObject* targets, PyObje
   } else if (!(given = PyTuple_Size(floats) ? picked(vals, floats) : Py_NewRef(floats))) {
     goto done;
   }
-  PyObject* tensors = PyTuple_GetItem(e, 1);
-  Py_ssize_t n = PyTuple_Size(tensors);
-  if (!(inputs = PyList_New(n))) goto done;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject* t = PyObject_GetItem(vals, PyTuple_GetItem(tensors, i));
-    PyObject* v = t ? value_of(t) : NULL;
-    Py_XDECREF(t);
-    if (!v || PyList_SetItem(inputs, i, v) < 0) goto done;
-  }
-  if (!(res = run_plan(p, inputs, given ? given : Py_None, scalars))) goto done;
+  PyObject* tensors = picked(vals, PyTuple_GetItem(e, 1));
+  inputs = tensors ? values_of(tensors) : NULL;
+  Py_XDECREF(tensors);
+  if (!inputs || !(res = run_plan(p, inputs, given ? given : Py_None, scalars))) goto done;
   if (targets == Py_None) {
-    PyObject* made_t = node_check(res) ? record_from_node(NULL, res)
-                                       : PyObject_CallFunctionObjArgs(g_tensors, res, NULL);
+    PyObject* made_t = tensors_of(res);
     rc = made_t ? PyList_Append(out, made_t) : -1;
     Py_XDECREF(made_t);
     goto done;
