@@ -2,9 +2,10 @@
 
 For a few ops, in one process: the op on a wse tensor, and the same call on a bare wrapper
 subclass whose __torch_dispatch__ does nothing but return (a) a tensor made once, or (b) a new
-wrapper tensor (`_make_wrapper_subclass`, which every recorded result needs too). (b) is the
-floor no Python recording can go below; wse minus (b) is lazydev's own Python. The fastest of
-several rounds is kept (noise only adds time).
+wrapper tensor (`_make_wrapper_subclass`). (b) was the floor of Python recording until lazydev
+made its results itself (wse_make_tensor, Note [Native tensor objects] in csrc/wse_hooks.cpp,
+about 1.5 µs less), so wse minus (b) is lazydev's recording less what its maker saves. The
+fastest of several rounds is kept (noise only adds time).
 
 A second table times one call after the CPU has spun for a while in a loop that touches almost
 no memory, beside a plain Python list comprehension timed the same way: how much of an op's cost
@@ -125,7 +126,7 @@ def main(argv=None) -> None:
     made = _bare((128, 256))
     table = Table(title="µs per op (fastest round)")
     for col in ("op", "bare: returns a made tensor", "bare: makes a wrapper", "wse",
-                "wse - bare (lazydev's Python)"):
+                "wse - bare wrapper"):
         table.add_column(col, justify="left" if col == "op" else "right")
     for name in wse:
         _Bare.result = staticmethod(lambda: made)

@@ -217,6 +217,13 @@ static PyMethodDef module_methods[] = {
      "replay_elements(elements, targets, rows) -> a foreach call's new tensors (or [])"},
     {"torch_dispatch", (PyCFunction)(void (*)(void))record_torch_dispatch, METH_FASTCALL,
      "torch_dispatch(cls, func, types, args=(), kwargs=None): WseTensor.__torch_dispatch__"},
+    {"set_tensor_maker", record_set_tensor_maker, METH_O,
+     "set_tensor_maker(address): the C++ side's wse_make_tensor (0: none)"},
+    {"make_tensor", (PyCFunction)(void (*)(void))record_make_tensor, METH_FASTCALL,
+     "make_tensor(cls, size, stride, offset, memory_format, dtype, layout, device): "
+     "torch.Tensor._make_wrapper_subclass's tensor, positionally"},
+    {"tensors_made", record_tensors_made, METH_NOARGS,
+     "tensors_made() -> (tensors made by wse_make_tensor, by the wrapper)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,6 +29,11 @@ static PyObject* g_wrapper;       /* torch.Tensor._make_wrapper_subclass */
 static PyObject* g_device;        /* torch.device("wse", 0) */
 static PyObject* g_strided;       /* torch.strided */
 static PyObject* g_value;         /* wse_tensor.value(t) */
+/* The C++ side's wse_make_tensor(cls, size, stride, offset, dtype), once lazydev/__init__.py
+   hands it over (Note [Native tensor objects] in csrc/wse_hooks.cpp); g_wrapper until then. */
+typedef PyObject* (*make_fn)(PyObject*, PyObject*, PyObject*, PyObject*, PyObject*);
+static make_fn g_make;
+static long long g_made[2];       /* tensors made by g_make, by g_wrapper (tensors_made()) */
 static PyObject* g_write;         /* wse_tensor.write(t, node) */
 /* From replay.py */
 static PyObject* g_plans;         /* signature -> Plan or None */
@@ -229,12 +234,55 @@ static PyObject* contiguous_strides(PyObject* shape) {
   return strides;
 }
 
+/* set_tensor_maker(address): wse_make_tensor's address (0: none, g_wrapper makes them). */
+PyObject* record_set_tensor_maker(PyObject* m, PyObject* address) {
+  (void)m;
+  void* fn = PyLong_AsVoidPtr(address);
+  if (!fn && PyErr_Occurred()) return NULL;
+  g_make = (make_fn)fn;
+  Py_RETURN_NONE;
+}
+
+/* A new WseTensor object of this size, stride, offset and dtype (its attributes unset). */
+static PyObject* new_tensor(PyObject* size, PyObject* stride, PyObject* offset,
+                            PyObject* dtype) {
+  if (g_make) {
+    PyObject* t = g_make(g_tensor_type, size, stride, offset, dtype);
+    if (t) g_made[0]++;
+    if (t || PyErr_Occurred()) return t;
+  }
+  g_made[1]++;
+  return PyObject_CallFunctionObjArgs(g_wrapper, g_tensor_type, size, stride, offset, Py_None,
+                                      dtype, g_strided, g_device, NULL);
+}
+
+/* tensors_made() -> (by wse_make_tensor, by the wrapper): which maker the hot paths use. */
+PyObject* record_tensors_made(PyObject* m, PyObject* unused) {
+  (void)m; (void)unused;
+  return Py_BuildValue("(LL)", g_made[0], g_made[1]);
+}
+
+/* make_tensor(cls, size, stride, offset, memory_format, dtype, layout, device): what
+   torch.Tensor._make_wrapper_subclass makes, given those positionally; a WseTensor of the wse
+   device's strided layout through wse_make_tensor. */
+PyObject* record_make_tensor(PyObject* m, PyObject* const* args, Py_ssize_t nargs) {
+  (void)m;
+  if (nargs == 8 && args[0] == g_tensor_type && args[4] == Py_None && args[6] == g_strided &&
+      args[7] == g_device)
+    return new_tensor(args[1], args[2], args[3], args[5]);
+  g_made[1]++;
+  PyObject* pos = PyTuple_New(nargs);
+  for (Py_ssize_t i = 0; pos && i < nargs; i++) PyTuple_SetItem(pos, i, Py_NewRef(args[i]));
+  PyObject* t = pos ? PyObject_Call(g_wrapper, pos, NULL) : NULL;
+  Py_XDECREF(pos);
+  return t;
+}
+
 /* A new wse tensor over storage `st` (wse_tensor.py WseTensor._view: `meta` is its _lz_meta,
    `full` whether it is all of `st` as it is). */
 static PyObject* wrap(PyObject* st, PyObject* size, PyObject* stride, PyObject* offset,
                       PyObject* dtype, PyObject* meta, PyObject* full) {
-  PyObject* t = PyObject_CallFunctionObjArgs(g_wrapper, g_tensor_type, size, stride, offset,
-                                             Py_None, dtype, g_strided, g_device, NULL);
+  PyObject* t = new_tensor(size, stride, offset, dtype);
   if (t && (PyObject_SetAttr(t, s_st, st) < 0 || PyObject_SetAttr(t, s_meta, meta) < 0 ||
             PyObject_SetAttr(t, s_full, full) < 0 || PyObject_SetAttr(t, s_cache, Py_None) < 0))
     Py_CLEAR(t);

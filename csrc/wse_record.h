@@ -23,5 +23,8 @@ PyObject* record_setup_dispatch(PyObject* m, PyObject* const* args, Py_ssize_t n
 PyObject* record_run_view(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
 PyObject* record_replay_elements(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
 PyObject* record_torch_dispatch(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_set_tensor_maker(PyObject* m, PyObject* address);
+PyObject* record_make_tensor(PyObject* m, PyObject* const* args, Py_ssize_t nargs);
+PyObject* record_tensors_made(PyObject* m, PyObject* unused);
 
 #endif

@@ -271,6 +271,8 @@ int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64
 
 /* ---- the device's C++ side for torch ----------------------------------------- */
 
+static void* g_hooks;   /* the loaded library, for wse_hooks_symbol */
+
 int wse_hooks_load(const char* path, int (*synchronize)(char*, int), char* errbuf, int errlen) {
   /* csrc/wse_hooks.cpp, built by lazydev/compile/hooks.py against this torch. Never closed:
      torch keeps pointers to the allocator, the guard and the hooks in it (which copy api). */
@@ -289,8 +291,13 @@ int wse_hooks_load(const char* path, int (*synchronize)(char*, int), char* errbu
     dlclose(h);
     return -2;
   }
+  g_hooks = h;
   return install(&api);
 }
+
+/* A function of the loaded C++ side (wse_make_tensor, Note [Native tensor objects] in
+   csrc/wse_hooks.cpp), or NULL when none is loaded or it has no such symbol. */
+void* wse_hooks_symbol(const char* name) { return g_hooks ? dlsym(g_hooks, name) : NULL; }
 
 /* ---- BLAS ----------------------------------------------------------------- */
 

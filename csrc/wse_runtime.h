@@ -42,6 +42,7 @@ int   wse_program_run(void* entry, void* const* bufs, const double* scalars,
    path: 0 ok, 1 only the allocator (torch had a guard or hooks already), -1 dlopen failed, -2
    symbol missing (the reason in errbuf). */
 int   wse_hooks_load(const char* path, int (*synchronize)(char*, int), char* errbuf, int errlen);
+void* wse_hooks_symbol(const char* name);
 
 /* ---- BLAS ----------------------------------------------------------------- */
 /* dlopen the scipy-openblas32 library; 0 ok, 1 dlopen failed, 2 symbol

@@ -19,6 +19,9 @@ from .tensor import device as _device  # noqa: E402
 _cpp_side = _hooks.install(lambda: wait())
 _device.register(amp_dtypes=_hooks.autocast_dtypes)
 
+from .tensor import wse_tensor as _wse_tensor  # noqa: E402  (names the device register() made)
+_wse_tensor.set_tensor_maker(_hooks.tensor_maker())    # Note [Native tensor objects]
+
 from .tensor import special as _special  # noqa: E402,F401  (registers handlers)
 from .tensor import vjp as _vjp  # noqa: E402,F401  (registers the traced backward handlers)
 from .tensor import pool as _pool  # noqa: E402,F401  (registers the pooling handlers)

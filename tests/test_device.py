@@ -388,6 +388,62 @@ def test_detach_and_alias_share_the_storage_and_keep_the_view():
     assert not d.requires_grad and p.requires_grad
 
 
+def _tensor_facts(t):
+    return (type(t), t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.layout,
+            t.requires_grad, t.is_leaf, t._is_view(), str(torch._C._dispatch_keys(t)),
+            t.untyped_storage().nbytes(), t.untyped_storage().device)
+
+
+@needs_cpp_side
+@pytest.mark.parametrize("size,stride,offset,dtype", [
+    ((3, 4), (4, 1), 0, torch.float32), ((4, 3), (1, 4), 2, torch.int64),
+    ((), (), 0, torch.bool), ((0, 5), (5, 1), 0, torch.float16),
+    ((2, 3, 4), (0, 4, 1), 7, torch.bfloat16), ((2, 2), (2, 1), 0, torch.complex64),
+    ([3], [1], 0, torch.float32)], ids=range(7))
+def test_native_tensor_objects_are_the_wrappers(size, stride, offset, dtype):
+    """Results are made by the C++ side's wse_make_tensor, not _make_wrapper_subclass (Note
+    [Native tensor objects] in csrc/wse_hooks.cpp): the same tensor to its dispatch keys and
+    storage, counted; and by the wrapper once no maker is set. Lists are the wrapper's."""
+    from lazydev.tensor import wse_tensor as W
+    maker = lazydev._hooks.tensor_maker()
+    assert maker
+    args = (W.WseTensor, size, stride, offset, None, dtype, torch.strided, W.WSE)
+    expected = _tensor_facts(torch.Tensor._make_wrapper_subclass(*args))
+    native = type(size) is tuple
+    for which in (maker, 0):
+        W.set_tensor_maker(which)
+        try:
+            before = W.tensors_made()
+            assert _tensor_facts(W._make(*args)) == expected
+            made = [a - b for a, b in zip(W.tensors_made(), before)]
+        finally:
+            W.set_tensor_maker(maker)
+        assert made == ([1, 0] if which and native else [0, 1])
+
+
+@needs_cpp_side
+def test_recorded_results_and_views_are_made_natively():
+    from lazydev.tensor import wse_tensor as W
+    x, w = torch.randn(4, 6, device="wse"), torch.randn(6, 3, device="wse")
+    before = W.tensors_made()
+    out = [x + 1, torch.relu(x), x @ w, x.sum(1), x.view(6, 4), x.t(), x[1:3], x.detach()]
+    native, wrapped = [a - b for a, b in zip(W.tensors_made(), before)]
+    assert (native, wrapped) == (len(out), 0)
+    assert_same(out[2].cpu(), x.cpu() @ w.cpu())
+
+
+@needs_cpp_side
+def test_a_tensor_the_native_maker_refuses_gets_the_wrappers_error():
+    from lazydev.tensor import wse_tensor as W
+    for size, stride in (((-1, 2), (2, 1)), ((2, 2), (1, 2, 3))):
+        args = (W.WseTensor, size, stride, 0, None, torch.float32, torch.strided, W.WSE)
+        with pytest.raises(RuntimeError) as expected:
+            torch.Tensor._make_wrapper_subclass(*args)
+        with pytest.raises(RuntimeError) as got:
+            W._make(*args)
+        assert str(got.value) == str(expected.value)
+
+
 @pytest.mark.parametrize("make", [
     lambda: torch.ones(3).to("wse:1"), lambda: torch.ones(3, device="wse:1"),
     lambda: torch.arange(3, device="wse:2"), lambda: torch.eye(2, device="wse:1"),

@@ -20,7 +20,9 @@ Some of what torch asks of a device it asks in C++, and a device registered from
   into Python (lazydev.wait, whose error comes back as a RuntimeError with its text) and report
   the runtime's accounting: allocated is the bytes of live device buffers, reserved adds the
   freed blocks kept for reuse.
-So csrc/wse_hooks.cpp is compiled against torch's headers and libraries (2-5 s with g++ 12 on
+It also makes the wse tensor objects, faster than torch.Tensor._make_wrapper_subclass from
+Python can (Note [Native tensor objects] in csrc/wse_hooks.cpp).
+So csrc/wse_hooks.cpp is compiled against torch's headers and libraries (3-7 s with g++ 12 on
 this 2-core VM), kept in the cache directory under a key of its source, torch's version, the
 compiler and the command, beside its checksum (dlopen of a copy cut short dies of SIGBUS; a
 bad one is built again), and loaded by every later import in milliseconds. It is installed
@@ -36,6 +38,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 import warnings
 
@@ -44,6 +47,8 @@ import torch
 from .. import log
 from ..config import config
 from ..runtime import autocast_source, hooks_source, install_hooks, load_torch_library
+# The loaded side's wse_make_tensor, for lazydev/__init__.py (Note [Native tensor objects]).
+from ..runtime import tensor_maker  # noqa: F401
 from . import build, cache
 
 CXX = os.environ.get("CXX", "g++")
@@ -53,9 +58,12 @@ def _command(src: str, out: str) -> list[str]:
     root = os.path.dirname(os.path.abspath(torch.__file__))
     libdir = os.path.join(root, "lib")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    # Python's headers and torch's Python library: wse_make_tensor makes Python tensor objects
+    # (Note [Native tensor objects] in csrc/wse_hooks.cpp).
     return [CXX, "-std=c++20", "-O1", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            "-I", os.path.join(root, "include"), src, "-o", out, "-L", libdir, "-lc10",
-            "-ltorch_cpu", f"-Wl,-rpath,{libdir}"]
+            "-I", os.path.join(root, "include"), "-I", sysconfig.get_paths()["include"], src,
+            "-o", out, "-L", libdir, "-lc10", "-ltorch_cpu", "-ltorch_python",
+            f"-Wl,-rpath,{libdir}"]
 
 
 # The libraries built here: name -> the text of its source.
@@ -143,7 +151,7 @@ def install(synchronize) -> bool:
 # float32 weights are cached for the block, as on CUDA. (The CPU's lists differ: a model
 # autocast on wse computes what it would compute autocast on a GPU.) wse's kernels take
 # float16 and bfloat16 alike. Built at the first torch.autocast("wse"), not at import: its
-# ATen headers take 15-25 s to compile on this 2-core VM, against 3-4 s for the device's
+# ATen headers take 15-25 s to compile on this 2-core VM, against 5-7 s for the device's
 # hooks, and most programs never autocast (torch.autocast asks even with enabled=False, so
 # such a block builds it too, once per cache directory). Without a C++ compiler autocast
 # stays off, with PyTorch's warning when a block asks for it; the import's warning says so,

@@ -21,10 +21,12 @@ from .device import (
     reset_peak,
     set_capacity,
     special_source,
+    tensor_maker,
 )
 
 __all__ = [
     "Buffer", "BufferWindow", "DeviceOutOfMemoryError", "Program", "autocast_source", "blas_library_path",
     "empty_cache", "gemm_library_path", "hooks_source", "install_hooks", "load_torch_library",
     "memory_stats", "prefix_source", "reset_peak", "set_capacity", "special_source",
+    "tensor_maker",
 ]

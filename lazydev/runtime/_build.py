@@ -38,6 +38,7 @@ int     wse_program_run(void* entry, void* const* bufs, const double* scalars, i
 int     wse_blas_load(const char* path);
 int     wse_hooks_load(const char* path, int (*synchronize)(char*, int), char* errbuf,
                        int errlen);
+void*   wse_hooks_symbol(const char* name);
 extern "Python" int wse_py_synchronize(char* errbuf, int errlen);
 int     wse_team_blas_load(const char* path);
 const char* wse_prefix_source(void);

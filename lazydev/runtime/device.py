@@ -364,6 +364,12 @@ def install_hooks(so_path: str, synchronize) -> bool:
     return rc == 0
 
 
+def tensor_maker() -> int:
+    """The address of the loaded C++ side's wse_make_tensor (Note [Native tensor objects] in
+    csrc/wse_hooks.cpp), or 0 when it is not loaded."""
+    return int(ffi.cast("uintptr_t", lib.wse_hooks_symbol(b"wse_make_tensor")))
+
+
 def _check_env_capacity() -> None:
     # The C side falls back to 16 GiB on a malformed value; say so here.
     raw = os.environ.get("LAZYDEV_DEVICE_MEMORY")

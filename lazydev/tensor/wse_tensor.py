@@ -26,9 +26,13 @@ _AS_STRIDED, _SCATTER_STRIDED = Op.AS_STRIDED, Op.SCATTER_STRIDED    # see trace
 _DATA = torch.Tensor.data           # torch's own .data descriptor, which WseTensor.data wraps
 
 
-# The hot paths (every op's result) call it with positional arguments: size, strides, storage
-# offset, memory format, dtype, layout, device. Keywords cost a sixth more to parse.
+# The hot paths (every op's result) make tensors with `_make`: _make_wrapper_subclass's
+# positional arguments (size, strides, storage offset, memory format, dtype, layout, device),
+# made by the C++ side's wse_make_tensor once lazydev/__init__.py has handed it to
+# set_tensor_maker (Note [Native tensor objects] in csrc/wse_hooks.cpp), else by the wrapper.
 _wrapper = torch.Tensor._make_wrapper_subclass
+_make = _native.make_tensor
+set_tensor_maker, tensors_made = _native.set_tensor_maker, _native.tensors_made
 _STRIDED = torch.strided
 
 
@@ -62,7 +66,7 @@ class WseTensor(torch.Tensor):
         stride = _STRIDES.get(size)
         if stride is None:
             stride = _STRIDES[size] = build.contiguous_strides(size)
-        t = _wrapper(cls, size, stride, 0, None, storage.dtype, _STRIDED, WSE)
+        t = _make(cls, size, stride, 0, None, storage.dtype, _STRIDED, WSE)
         t._st = storage
         t._lz_meta = (size, stride, 0, storage.numel, storage.dtype)
         t._lz_full = True
@@ -82,7 +86,7 @@ class WseTensor(torch.Tensor):
     @classmethod
     def _view(cls, storage: Storage, size, stride, offset, meta, full):
         """A view with metadata precomputed by `view_meta` (the replayed-view fast path)."""
-        t = _wrapper(cls, size, stride, offset, None, storage.dtype, _STRIDED, WSE)
+        t = _make(cls, size, stride, offset, None, storage.dtype, _STRIDED, WSE)
         t._st = storage
         t._lz_meta = meta
         t._lz_full = full
