@@ -219,6 +219,39 @@ def test_a_loss_checks_its_targets_once(monkeypatch):
         bad[1].cpu()
 
 
+# op(device, index) for an index op whose check and lowering replay from one plan
+CHECKED_PLANS = {
+    "embedding": lambda d, i: F.embedding(i, _w(d)),
+    "gather": lambda d, i: _w(d).gather(1, i.view(2, 1).expand(2, 4)),
+    "nll_loss": lambda d, i: F.nll_loss(torch.arange(6.).view(2, 3).to(d), i),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED_PLANS))
+def test_an_index_op_replays_its_check_with_it(name, monkeypatch):
+    """Note [Checked plans of index ops] in tensor/guards.py: after the first call, a call
+    of the same signature makes no plan, builds no check and runs no Python rule, and its
+    replayed check still fails an index out of range at the sync, with the CPU's error."""
+    from lazydev.tensor import guards
+    from lazydev.trace import checks
+    op = CHECKED_PLANS[name]
+    first = op("wse", _i("wse", 0, 2))
+    assert_same(first, op("cpu", _i("cpu", 0, 2)))
+    made = []
+    monkeypatch.setattr(checks, "checked", lambda *a: made.append(a) or _real_checked(*a))
+    monkeypatch.setattr(guards, "_checked", lambda *a: made.append(a))
+    plans = lazydev.metrics.counters().get("replay_plans", 0)
+    again = op("wse", _i("wse", 2, 1))
+    assert (made, lazydev.metrics.counters().get("replay_plans", 0)) == ([], plans)
+    assert_same(again, op("cpu", _i("cpu", 2, 1)))
+    expected = _cpu_error(lambda d: op(d, _i(d, 0, 5)))
+    bad = op("wse", _i("wse", 0, 5))
+    assert made == []
+    with pytest.raises(type(expected), match=re.escape(str(expected))):
+        lazydev.mark_step()
+        bad.cpu()
+
+
 def test_an_op_that_fails_while_recording_leaves_no_check_behind():
     w = _w("wse")
     with pytest.raises(RuntimeError):

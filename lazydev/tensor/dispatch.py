@@ -134,10 +134,13 @@ def _raise_deferred():
 
 
 def _choose(func):
-    inner = guards.guarded(func, _choose_handler(func))
+    chosen = _choose_handler(func)
+    inner = guards.guarded(func, chosen, lowered=chosen is lowered_op)
     handler = dtypes.checked(func, inner)
     if inner is lowered_op and dtypes.by_dtypes(func):
         handler = _replayed_first(handler)
+    elif getattr(inner, "specs", None) is not None and dtypes.by_dtypes(func):
+        handler = guards.plan_first(handler, inner.specs)
     names = {a.name for a in func._schema.arguments}
     if "layout" in names:
         handler = _strided_only(handler)

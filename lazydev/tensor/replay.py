@@ -349,6 +349,45 @@ def run_rule(rule, args):
     return _replay(rule, args, {}, lambda ts: _plan_of(rule, None, args, {}, len(ts)))
 
 
+class _Checked:
+    """The key under which op `func`'s plans with its index checks are kept (Note [Checked
+    plans of index ops] in tensor/guards.py), apart from func's own."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func):
+        self.func = func
+
+
+_CHECKED: dict = {}         # op -> its _Checked key (kept alive: signatures key by id)
+
+
+def run_checked(func, specs, check, args, kwargs, new: bool = True):
+    """func's new wse tensor(s) from the plan of its index checks and its lowering together,
+    or None (general path). `specs(args, kwargs)`: the checks, (position, size, check id, low,
+    allowed, wrap), raising for a call the CPU refuses; `check(node, size, cid, low, allowed,
+    wrap)`: one check made on a node; `new`: a call without a plan gets one made."""
+    key = _CHECKED.get(func)
+    if key is None:
+        if func in _VALUE_SENSITIVE or func not in LOWERINGS:
+            return None
+        key = _CHECKED[func] = _Checked(func)
+
+    def make(tensors):
+        made, lower = specs(args, kwargs), LOWERINGS[func]
+
+        def lowering(spec, *a, **kw):
+            for pos, size, cid, low, allowed, wrap in made:
+                x = a[pos]
+                if type(x) is Node and x.dtype is not torch.bool and \
+                        not x.dtype.is_floating_point:      # as guards._checked checks
+                    a = a[:pos] + (check(x, size, cid, low, allowed, wrap),) + a[pos + 1:]
+            return lower(spec, *a, **kw)
+        return build(func, lowering, args, kwargs, len(tensors))
+    out = _replay(key, args, kwargs, make if new else None)
+    return None if out is None else _tensors(out)
+
+
 def element_plan(func, fn, positions, args, kwargs):
     """(plan, tensors, floats) that run_inplace (`fn` the functional variant written back at
     `positions`) or, with `fn` None, run_lowered would replay for this call; or None."""
