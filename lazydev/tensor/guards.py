@@ -70,7 +70,7 @@ def _replace(args: tuple, pos: int, new) -> tuple:
 
 # Note [Checked plans of index ops]
 # An op whose only guard is a range check of index arguments (a loss's targets, embedding's
-# indices, gather's index) was recorded as the check's plan, a new checked tensor, then the
+# indices, gather's or take's index) was recorded as the check's plan, a new checked tensor, then the
 # op's own plan, with the rule's Python around them each call: nll_loss_forward took 33 µs
 # against an add's 12 (105 inside an MLP step). Such a rule is written as `specs(args,
 # kwargs)`, the checks to make as (position, size, check id, low, allowed, wrap), every one a
@@ -134,12 +134,13 @@ def _index_select(args, kwargs):
     return (_SELECT_DIM1 if x.dim() > 1 and args[1] % x.dim() == 1 else _SELECT)(args, kwargs)
 
 
+@_index_rule
 def _flat(args, kwargs):
     """take / put: a flat index into self, Python's wrap allowed."""
     n = args[0].numel()
     cid = checks.message(IndexError, "out of range: tried to access index {value} on a tensor "
                          f"of {n} elements.")
-    return _replace(args, 1, _checked(args[1], n, cid, -n, wrap=True)), kwargs
+    return ((1, n, cid, -n, None, True),)
 
 
 def _bag(args, kwargs):
@@ -171,12 +172,13 @@ def _embedding(args, kwargs):
     return ((1, args[0].shape[0], checks.message(IndexError, _SELF), 0, None, False),)
 
 
+@_index_rule
 def _unpool(args, kwargs):
     """max_unpool2d/3d(self, indices, output_size, ...): positions in one output plane."""
     size = tuple(args[2])
     cid = checks.message(RuntimeError, "Found an invalid max index: {value} (output volumes are "
                          f"of size {'x'.join(map(str, size))})")
-    return _replace(args, 1, _checked(args[1], math.prod(size), cid)), kwargs
+    return ((1, math.prod(size), cid, 0, None, False),)
 
 
 def _targets(pos: int, kind: type, template: str, ignore_at=None, low: int = 0,
@@ -208,13 +210,14 @@ _WEIGHT = "weight tensor should be defined either for all or no classes"
 _WEIGHT_OF_C = ("weight tensor should be defined either for all {classes} classes or no classes "
                 "but got weight tensor of shape: {shape}")
 
+@_index_rule
 def _renorm(args, kwargs):
     """embedding_renorm(weight, indices, ...): ATen selects each named row, so an index may be
     negative, as in weight[i]; the embedding after it refuses those."""
     rows = args[0].shape[0]
     cid = checks.message(IndexError, "select(): index {value} out of range for tensor of size "
                          f"{list(args[0].shape)} at dimension 0")
-    return _replace(args, 1, _checked(args[1], rows, cid, -rows, wrap=True)), kwargs
+    return ((1, rows, cid, -rows, None, True),)
 
 
 RULES: dict = {
