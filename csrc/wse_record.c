@@ -46,7 +46,8 @@ static PyObject* g_view_miss;     /* _view_miss(key, func, args, kwargs, base, t
 static PyObject* g_dispatch;      /* dispatch(func, args, kwargs): every call not taken here */
 static PyObject* g_failed;        /* failed(e, func, args, kwargs): a call's error, raised */
 static PyObject* g_handlers;      /* id(op) -> its handler (dispatch._HANDLERS) */
-static PyObject* g_kinds;         /* handler -> LOWERED, VIEW, REPLAYED, ALIAS: ops taken here */
+static PyObject* g_kinds;         /* handler -> LOWERED, VIEW, REPLAYED, ALIAS, or the key of
+                                     its op's checked plans (replay._Checked): ops taken here */
 static PyObject* g_deferred;      /* errors raised inside backward, waiting */
 static PyObject* g_state;         /* lazydev.trace.state: its _current trace counts ops */
 static PyObject* g_inference;     /* torch.is_inference_mode_enabled */
@@ -653,10 +654,10 @@ static PyObject* view(long kind, PyObject* call[4]) {
 }
 
 /* The call through its plan when its op's handler is one of `g_kinds` (dispatch.py's
-   lowered_op, view_op, alias_op or a _replayed_first's, as they are): its result, or NULL
-   without an error when it takes dispatch.py's path (no plan, or a REPLAYED op's plan not yet
-   built there; inference mode; a complex view; errors waiting, Note [Errors inside
-   backward]). */
+   lowered_op, view_op, alias_op or a _replayed_first's, as they are; guards.plan_first's,
+   replayed as REPLAYED under its op's checked-plan key): its result, or NULL without an error
+   when it takes dispatch.py's path (no plan, or a REPLAYED op's plan not yet built there;
+   inference mode; a complex view; errors waiting, Note [Errors inside backward]). */
 static PyObject* fast_path(PyObject* func, PyObject* args, PyObject* kwargs) {
   PyObject* fid = PyLong_FromVoidPtr(func);
   if (!fid) return NULL;
@@ -665,6 +666,12 @@ static PyObject* fast_path(PyObject* func, PyObject* args, PyObject* kwargs) {
   PyObject* kind = handler ? PyDict_GetItemWithError(g_kinds, handler) : NULL;
   if (!kind || PyList_Size(g_deferred) != 0) return NULL;
   PyObject *call[4] = {func, args, kwargs, NULL}, *out = NULL;
+  if (!PyLong_Check(kind)) {   /* Note [Checked plans of index ops] in tensor/guards.py */
+    call[0] = kind;
+    out = lowered(call, NULL);
+    if (out == Py_None) Py_CLEAR(out);
+    return out;
+  }
   long k = PyLong_AsLong(kind);
   if (k == LOWERED || k == REPLAYED) {   /* REPLAYED: dispatch.py builds and checks plans */
     out = lowered(call, k == LOWERED ? g_miss : NULL);

@@ -231,9 +231,10 @@ CHECKED_PLANS = {
 @pytest.mark.parametrize("name", sorted(CHECKED_PLANS))
 def test_an_index_op_replays_its_check_with_it(name, monkeypatch):
     """Note [Checked plans of index ops] in tensor/guards.py: after the first call, a call
-    of the same signature makes no plan, builds no check and runs no Python rule, and its
-    replayed check still fails an index out of range at the sync, with the CPU's error."""
-    from lazydev.tensor import guards
+    of the same signature makes no plan, builds no check and runs no Python (it is replayed in
+    C), and its replayed check still fails an index out of range at the sync, with the CPU's
+    error."""
+    from lazydev.tensor import guards, replay
     from lazydev.trace import checks
     op = CHECKED_PLANS[name]
     first = op("wse", _i("wse", 0, 2))
@@ -241,6 +242,7 @@ def test_an_index_op_replays_its_check_with_it(name, monkeypatch):
     made = []
     monkeypatch.setattr(checks, "checked", lambda *a: made.append(a) or _real_checked(*a))
     monkeypatch.setattr(guards, "_checked", lambda *a: made.append(a))
+    monkeypatch.setattr(replay, "run_checked", lambda *a, **k: made.append(a))
     plans = lazydev.metrics.counters().get("replay_plans", 0)
     again = op("wse", _i("wse", 2, 1))
     assert (made, lazydev.metrics.counters().get("replay_plans", 0)) == ([], plans)

@@ -139,8 +139,12 @@ def _choose(func):
     handler = dtypes.checked(func, inner)
     if inner is lowered_op and dtypes.by_dtypes(func):
         handler = _replayed_first(handler)
-    elif getattr(inner, "specs", None) is not None and dtypes.by_dtypes(func):
-        handler = guards.plan_first(handler, inner.specs)
+    elif getattr(inner, "specs", None) is not None:
+        if dtypes.by_dtypes(func):
+            handler = guards.plan_first(handler, inner.specs)
+        key = replay.checked_key(func)
+        if key is not None and (handler is not inner or not dtypes.has_rule(func)):
+            _NATIVE[handler] = key      # replayed in C under it (Note [Native recording])
     names = {a.name for a in func._schema.arguments}
     if "layout" in names:
         handler = _strided_only(handler)
@@ -800,8 +804,9 @@ def _upload_out(out):
 
 
 # Note [Native recording] (tensor/replay.py): WseTensor.__torch_dispatch__ is C, and replays
-# the plan of an op whose handler (in `_HANDLERS`) is lowered_op, view_op, alias_op or a
-# _replayed_first's, unwrapped, itself: `_NATIVE` says how. Any other call, an op without a
+# the plan of an op whose handler (in `_HANDLERS`) is lowered_op, view_op, alias_op, a
+# _replayed_first's or a guards.plan_first's, unwrapped, itself: `_NATIVE` says how (for the
+# last, the key of its op's checked plans). Any other call, an op without a
 # plan (built only for the first two), and one in inference mode (a view) or with errors
 # waiting (Note [Errors inside backward]) come to `dispatch`; the error of a call replayed
 # there goes to `failed`, as every op's.

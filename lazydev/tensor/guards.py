@@ -77,7 +77,8 @@ def _replace(args: tuple, pos: int, new) -> tuple:
 # function of the call's signature (shapes, dtypes, ints: the ignore_index); `_index_rule` makes
 # the rule the general path runs from it. Where the op's handler is its lowering (dispatch.py
 # lowered_op), the call is replayed instead from one plan of the checks and the lowering
-# together (replay.run_checked), keyed apart from the op's own plans, which have no checks.
+# together (replay.run_checked), keyed apart from the op's own plans, which have no checks; a
+# call whose plan exists is replayed in C under that key (Note [Native recording]).
 def _index_rule(specs):
     """The rule making `specs(args, kwargs)`'s checks with `_checked`; its `specs` are kept for
     the op's checked plan (Note [Checked plans of index ops])."""

@@ -127,15 +127,17 @@ def _shared_scalar(tr, x: float, dtype) -> Node:
 # handler, the signature (the op by id, its wse tensors' _lz_meta, its other arguments' parts,
 # in argument order; _new_plan keeps the op alive, so no other op gets its id while a plan is
 # keyed on it), the lookup, each argument's value, Plan.run, from_node, fresh. All of that is C
-# now (csrc/wse_record.c), for the ops whose handler is lowered_op, view_op, alias_op or a
-# _replayed_first's as they are (tensor/dispatch.py `_NATIVE`), and for a foreach call's
-# elements (tensor/foreach.py _replay). The C takes the common cases and calls back into Python
-# for the rest, so each rule has one definition: `_part` for an argument other than a wse
-# tensor, an int, None, an ordinary float or a list of ints; `_miss` and `_view_miss` for a new
-# signature; Plan.scalar_nodes and Plan.run for a plan's scalars and a plan of several nodes;
-# wse_tensor.value and write for a tensor that is not all of its storage's value;
-# Storage.pending for a result's storage; `_tensors` for several outputs; dispatch.dispatch for
-# every other call, and dispatch.failed for the error of a call replayed in C.
+# now (csrc/wse_record.c), for the ops whose handler is lowered_op, view_op, alias_op, a
+# _replayed_first's or a guards.plan_first's as they are (tensor/dispatch.py `_NATIVE`; the last
+# replayed under its op's checked-plan key, Note [Checked plans of index ops] in
+# tensor/guards.py), and for a foreach call's elements (tensor/foreach.py _replay). The C takes
+# the common cases and calls back into Python for the rest, so each rule has one definition:
+# `_part` for an argument other than a wse tensor, an int, None, an ordinary float or a list of
+# ints; `_miss` and `_view_miss` for a new signature; Plan.scalar_nodes and Plan.run for a plan's
+# scalars and a plan of several nodes; wse_tensor.value and write for a tensor that is not all of
+# its storage's value; Storage.pending for a result's storage; `_tensors` for several outputs;
+# dispatch.dispatch for every other call, and dispatch.failed for the error of a call replayed
+# in C.
 signature = _native.signature
 
 
@@ -362,16 +364,23 @@ class _Checked:
 _CHECKED: dict = {}         # op -> its _Checked key (kept alive: signatures key by id)
 
 
+def checked_key(func):
+    """The key of func's checked plans, or None if it can have none. C replays a
+    guards.plan_first handler's calls under it (tensor/dispatch.py `_NATIVE`)."""
+    key = _CHECKED.get(func)
+    if key is None and func not in _VALUE_SENSITIVE and func in LOWERINGS:
+        key = _CHECKED[func] = _Checked(func)
+    return key
+
+
 def run_checked(func, specs, check, args, kwargs, new: bool = True):
     """func's new wse tensor(s) from the plan of its index checks and its lowering together,
     or None (general path). `specs(args, kwargs)`: the checks, (position, size, check id, low,
     allowed, wrap), raising for a call the CPU refuses; `check(node, size, cid, low, allowed,
     wrap)`: one check made on a node; `new`: a call without a plan gets one made."""
-    key = _CHECKED.get(func)
+    key = checked_key(func)
     if key is None:
-        if func in _VALUE_SENSITIVE or func not in LOWERINGS:
-            return None
-        key = _CHECKED[func] = _Checked(func)
+        return None
 
     def make(tensors):
         made, lower = specs(args, kwargs), LOWERINGS[func]
