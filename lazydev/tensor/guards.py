@@ -28,14 +28,19 @@ aten = torch.ops.aten
 def _checked(t, size: int, cid: int, low: int = 0, allowed=None, wrap: bool = False):
     """`t` checked to lie in [low, size) (or equal `allowed`); `wrap`: Python's negative
     indices, made non-negative after the check."""
-    if not isinstance(t, WseTensor) or t.dtype is torch.bool or t.dtype.is_floating_point:
-        return t          # a CPU index is the handler's to refuse; a mask has no range
+    if not isinstance(t, WseTensor) or not _ranged(t.dtype):
+        return t          # a CPU index is the handler's to refuse
     # Through a replay plan: built the general way, a check made about ten nodes each step
     # (nll_loss_forward's first call in a trace took 80-90 µs to record, 40-60 through a plan).
     node = replay.run_rule(_range_check, (t, size, cid, low, allowed, wrap))
     if node is None:
         node = _range_check(None, value(t), size, cid, low, allowed, wrap)
     return from_node(node)
+
+
+def _ranged(dtype) -> bool:
+    """Whether an index of `dtype` is range-checked: a mask (bool) or a float has no range."""
+    return dtype is not torch.bool and not dtype.is_floating_point
 
 
 def _range_check(spec, index, size: int, cid: int, low: int, allowed, wrap: bool):
@@ -70,8 +75,8 @@ def _replace(args: tuple, pos: int, new) -> tuple:
 
 # Note [Checked plans of index ops]
 # An op whose only guard is a range check of index arguments (a loss's targets, embedding's
-# indices, gather's or take's index) was recorded as the check's plan, a new checked tensor, then the
-# op's own plan, with the rule's Python around them each call: nll_loss_forward took 33 µs
+# indices, gather's or take's index) was recorded as the check's plan, a new checked tensor,
+# then the op's own plan, with the rule's Python around them each call: nll_loss_forward took 33 µs
 # against an add's 12 (105 inside an MLP step). Such a rule is written as `specs(args,
 # kwargs)`, the checks to make as (position, size, check id, low, allowed, wrap), every one a
 # function of the call's signature (shapes, dtypes, ints: the ignore_index); `_index_rule` makes
@@ -92,6 +97,8 @@ def _index_rule(specs):
 
 def check_node(index, size: int, cid: int, low: int, allowed, wrap: bool):
     """`index` (a node) checked as `_checked` checks a tensor: a checked plan's check."""
+    if not _ranged(index.dtype):
+        return index
     return _range_check(None, index, size, cid, low, allowed, wrap)
 
 

@@ -387,10 +387,8 @@ def run_checked(func, specs, check, args, kwargs, new: bool = True):
 
         def lowering(spec, *a, **kw):
             for pos, size, cid, low, allowed, wrap in made:
-                x = a[pos]
-                if type(x) is Node and x.dtype is not torch.bool and \
-                        not x.dtype.is_floating_point:      # as guards._checked checks
-                    a = a[:pos] + (check(x, size, cid, low, allowed, wrap),) + a[pos + 1:]
+                if type(a[pos]) is Node:        # a wse tensor's placeholder
+                    a = a[:pos] + (check(a[pos], size, cid, low, allowed, wrap),) + a[pos + 1:]
             return lower(spec, *a, **kw)
         return build(func, lowering, args, kwargs, len(tensors))
     out = _replay(key, args, kwargs, make if new else None)
