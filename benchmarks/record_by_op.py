@@ -9,12 +9,12 @@ in worker.py).
 
 The "warm" column times the same ops with the host's caches warm and the other core idle: each
 of those steps is recorded right after an untimed one, in the same trace, once the queue has run
-every program (no program runs beside it or between the two, so nothing has flushed the
-caches; the two steps are not quite alike: the second accumulates gradients onto the first's,
-and its optimizer reads state still pending rather than on the device). The difference between
-the columns is what the step's program costs the next step's recording: the host's code and
-data evicted from the caches, and the rest of the program, which the queue's worker runs on the
-other core while the host records (Note [Who runs a program] in lazydev/runtime/queue.py).
+every program, so no program runs beside it or between the two to flush the caches. (The two
+steps are not quite alike: the second reads the parameters and optimizer state the first left
+pending, not values on the device.) The difference between the columns is what the step's
+program costs the next step's recording: the host's code and data evicted from the caches, and
+the rest of the program, which the queue's worker runs on the other core while the host records
+(Note [Who runs a program] in lazydev/runtime/queue.py).
 
     python benchmarks/record_by_op.py --workload mlp [--steps 5] [--warmup 5] [--top 25]
 """
