@@ -37,6 +37,11 @@ from worker import recording_cost, run_steps  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 
+def _totals(by_op: dict) -> tuple:
+    """(seconds, ops) over every op of a recording_cost `by_op` table."""
+    return sum(s for s, _ in by_op.values()), sum(n for _, n in by_op.values())
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
@@ -57,8 +62,7 @@ def main(argv=None) -> None:
         lazydev.wait()
         step(i)                     # untimed, unsynced: the timed step follows in its trace
         recording_cost(step, backend, i + 1, warm)
-    total_s = sum(s for s, _ in by_op.values())
-    ops = sum(n for _, n in by_op.values())
+    total_s, ops = _totals(by_op)
     table = Table(title=f"{a.workload}: recording by aten op ({a.steps} steps)")
     for col in ("op", "ops/step", "µs/step", "µs/op", "warm µs/op", "share"):
         table.add_column(col, justify="left" if col == "op" else "right")
@@ -74,7 +78,7 @@ def main(argv=None) -> None:
     console.print(f"{ops / a.steps:.0f} ops/step, {total_s / a.steps * 1e3:.2f} ms/step, "
                   f"{total_s / ops * 1e6:.1f} µs/op; the step's first dispatch {first:.0f} µs "
                   f"(median); {len(ranked) - min(a.top, len(ranked))} more ops not shown")
-    warm_s, warm_ops = sum(s for s, _ in warm.values()), sum(n for _, n in warm.values())
+    warm_s, warm_ops = _totals(warm)
     if warm_ops:
         console.print(f"warm (the next step in the same trace): {warm_s / a.steps * 1e3:.2f} "
                       f"ms/step, {warm_s / warm_ops * 1e6:.1f} µs/op")
