@@ -97,12 +97,27 @@ typedef struct { int64_t mp, np, count; int fork; } gemm_tiles_t;
 #define WSE_TILES_PER_THREAD 4
 #define WSE_TILE_MIN_WORK (8LL << 20)
 
+/* Note [Program-sized tiles]
+   Smaller tiles cost the host's team: each tile is one BLAS call that packs the whole shared
+   operand again, so a transformer step's 1024x256x1024 products ran at 149-161 GFLOP/s in
+   eighths against 182 in halves (benchmarks/kernel_profile.py), and its GEMMs lost about 8 ms
+   of 120 to quarters per thread. What small tiles buy, a short wait when the host takes a run
+   over from the worker, comes about once per program, so it is worth less the longer the
+   program. The generated program therefore lets a tile hold a fixed share of all its GEMMs'
+   work (WSE_MAX_TILE, compile/program.py), and a product is cut into no more tiles per
+   thread than keep each under that: the transformer's largest products get two tiles per
+   thread, its 256-wide ones one, while the MLP's and the CNN's programs, a seventeenth of its
+   work or less, keep four. The cap is a constant of the program, so the tiles, and the bits, still
+   follow no thread (Note [Fixed tiles]). Transformer steps, 8 blocks of 6 alternating in
+   one process: 0.96x and 0.98x the time with four tiles per thread. */
+
 int wse_team = 1;               /* wse_kernels.h */
 __thread int wse_whole_gemms;
 
 void wse_kernels_set_team(void) { wse_team = max_threads(); }
 
-static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
+static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
+                              int64_t max_tile) {
   gemm_tiles_t t = {1, 1, batch, 0};
   int64_t work = batch * M * N * (K > 0 ? K : 1);
   int nt = work >= WSE_GEMM_MIN_WORK && !wse_whole_gemms ? wse_team : 1;
@@ -110,6 +125,10 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
   if (batch < nt && g_fsgemm) return t;   /* the team BLAS forks the team itself */
   if (batch < nt) {
     int64_t per = work / (nt * WSE_TILE_MIN_WORK);      /* Note [Tiles for the worker] */
+    if (max_tile > 0) {                                 /* Note [Program-sized tiles] */
+      const int64_t fewest = (work + nt * max_tile - 1) / (nt * max_tile);
+      per = fewest < per ? fewest : per;
+    }
     per = per < 1 ? 1 : per > WSE_TILES_PER_THREAD ? WSE_TILES_PER_THREAD : per;
     int64_t need = (nt * per + batch - 1) / batch;
     if (M >= N) t.mp = need < M ? need : M;
@@ -187,7 +206,7 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K) {
     lda = fix_ld(lda, ta ? K : M, ta ? M : K);                                             \
     ldb = fix_ld(ldb, tb ? N : K, tb ? K : N);                                             \
     ldc = fix_ld(ldc, M, N);                                                               \
-    gemm_tiles_t tl = plan_gemm(batch, M, N, K);                                           \
+    gemm_tiles_t tl = plan_gemm(batch, M, N, K, 0);                                        \
     gemm_tiles_##SUF(&tl, 0, tl.count, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,     \
                      beta, C, ldc, sc);                                                    \
   }
@@ -220,13 +239,13 @@ void wse_kernels_set_run(volatile int32_t* stop) { tls_stop = stop; }
   static int gemm_##SUF##_sliced(int64_t batch, int ta, int tb, int64_t M, int64_t N,      \
                                  int64_t K, T alpha, const T* A, int64_t lda, int64_t sa,  \
                                  const T* B, int64_t ldb, int64_t sb, T beta, T* C,         \
-                                 int64_t ldc, int64_t sc) {                                \
+                                 int64_t ldc, int64_t sc, int64_t max_tile) {              \
     volatile int32_t* st = tls_stop;                                                       \
     if (batch <= 0 || M <= 0 || N <= 0) return 0;                                          \
     lda = fix_ld(lda, ta ? K : M, ta ? M : K);                                             \
     ldb = fix_ld(ldb, tb ? N : K, tb ? K : N);                                             \
     ldc = fix_ld(ldc, M, N);                                                               \
-    gemm_tiles_t tl = plan_gemm(batch, M, N, K);                                           \
+    gemm_tiles_t tl = plan_gemm(batch, M, N, K, max_tile);                                 \
     if (!st || tl.count > INT32_MAX) {                                                     \
       gemm_tiles_##SUF(&tl, 0, tl.count, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,   \
                        beta, C, ldc, sc);                                                  \

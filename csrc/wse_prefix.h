@@ -37,9 +37,11 @@ typedef struct wse_lib {
   void (*gemm_f64)(WSE_GEMM_PARAMS(double));
   /* The same product, resumable: a run with a long-call limit computes it in slices and
      returns WSE_PAUSED between two if asked to pause; calling it again on the same run goes
-     on from there (Note [Sliced GEMM] in csrc/wse_kernels.c). Otherwise returns 0. */
-  int (*gemm_f32_sliced)(WSE_GEMM_PARAMS(float));
-  int (*gemm_f64_sliced)(WSE_GEMM_PARAMS(double));
+     on from there (Note [Sliced GEMM] in csrc/wse_kernels.c). Otherwise returns 0.
+     max_tile: the multiply-adds one of its tiles may hold, from the program (Note
+     [Program-sized tiles] in csrc/wse_kernels.c); 0 leaves the library's own tiles. */
+  int (*gemm_f32_sliced)(WSE_GEMM_PARAMS(float), int64_t max_tile);
+  int (*gemm_f64_sliced)(WSE_GEMM_PARAMS(double), int64_t max_tile);
   /* conv2d on contiguous NCHW input, OIHW weight (I = C/groups), output
      N,O,OH,OW, no bias.  p = {N, C, H, W, O, KH, KW, stride_h, stride_w,
      pad_h, pad_w, dil_h, dil_w, groups, OH, OW}.  Outputs are overwritten.

@@ -773,9 +773,9 @@ int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t*
   int64_t lda = s[8], sa = s[9], ldb = s[10], sb = s[11], ldc = s[13], sc = s[14];
   int rc = s[0] == 32
       ? lib->gemm_f32_sliced(b, ta, tb, M, N, K, (float)s[7], bufs[0], lda, sa, bufs[1], ldb,
-                             sb, (float)s[12], bufs[2], ldc, sc)
+                             sb, (float)s[12], bufs[2], ldc, sc, (int64_t)s[15])
       : lib->gemm_f64_sliced(b, ta, tb, M, N, K, s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
-                             s[12], bufs[2], ldc, sc);
+                             s[12], bufs[2], ldc, sc, (int64_t)s[15]);
   if (rc) return rc;
   *next = 1;
   return 0;
@@ -802,7 +802,7 @@ def test_a_sliced_gemm_pauses_between_tiles_and_its_bits_follow_no_thread(
     c_store.fill_(float("nan"))
     args = [32 if dtype == torch.float32 else 64, batch, ta, tb, M, N, K, 1.0,
             a_store.shape[-1], a_store[0].numel(), b_store.shape[-1], b_store[0].numel(), 0.0,
-            c_store.shape[-1], c_store[0].numel()]
+            c_store.shape[-1], c_store[0].numel(), 0]
 
     def start():
         bufs = [Buffer.from_tensor(x) for x in (a_store, b_store, c_store)]
@@ -834,23 +834,28 @@ def test_a_sliced_gemm_pauses_between_tiles_and_its_bits_follow_no_thread(
     torch.testing.assert_close(want.double(), opa @ opb, rtol=1e-4, atol=1e-3)
 
 
-def test_a_paused_worker_stops_after_one_of_four_tiles_per_team_thread(cdir):
+@pytest.mark.parametrize("share,per_thread", [(None, 4), (2, 2), (1, 1), (1000, 4)])
+def test_a_paused_worker_stops_after_one_tile_of_as_many_as_the_program_allows(
+        cdir, share, per_thread):
     """Note [Tiles for the worker] (csrc/wse_kernels.c): a large product is cut into four
     tiles per thread of the host's team, so a host asking the worker to pause waits for an
-    eighth of it on two threads, not half: the paused run has written one tile of columns."""
+    eighth of it on two threads, not half: the paused run has written one tile of columns.
+    Note [Program-sized tiles]: a program that lets a tile hold 1/`share` of a thread's part
+    of the product gets `share` tiles per thread, never more than four."""
     prog = build_program(cdir, "sliced_gemm_quarters", SLICED_GEMM_C)
     M, N, K = 128, 1024, 2048
+    team = torch.get_num_threads()
+    max_tile = 0 if share is None else M * N * K // (team * share)
     a, b = torch.randn(M, K), torch.randn(K, N)
     c = torch.full((M, N), float("nan"))
     bufs = [Buffer.from_tensor(x) for x in (a, b, c)]
-    run = prog.start(bufs, [32, 1, 0, 0, M, N, K, 1.0, K, 0, N, 0, 0.0, N, 0])
+    run = prog.start(bufs, [32, 1, 0, 0, M, N, K, 1.0, K, 0, N, 0, 0.0, N, 0, max_tile])
     run.pause()
     done = []
     t = threading.Thread(target=lambda: done.append(run.resume(limit_us=10**6)))
     t.start()
     t.join()
-    team = torch.get_num_threads()
-    tiles = 4 * team if team > 1 else 1
+    tiles = per_thread * team if team > 1 else 1
     written = ~bufs[2].to_tensor(torch.float32, (M, N)).isnan()
     assert done == [tiles == 1] and run.position() == ((1, 0) if tiles == 1 else (0, 1))
     assert written.sum().item() == M * N // tiles and written[:, :N // tiles].all()

@@ -669,7 +669,7 @@ def matmul(e: Emitter, n: Node) -> None:
         e.b.line(f"memset({out}, 0, sizeof(*{out}) * {n.numel});")
     elif n.numel:               # may pause inside (Note [Sliced GEMM] in csrc/wse_kernels.c)
         e.b.line(f"err = lib->{fn}{SLICED}({batch}, {ta}, {tb}, {m}, {nn}, {k}, 1, {pa}, {lda}, "
-                 f"{sa}, {pb}, {ldb}, {sb}, 0, {out}, {nn}, {m * nn});")
+                 f"{sa}, {pb}, {ldb}, {sb}, 0, {out}, {nn}, {m * nn}, WSE_MAX_TILE);")
 
 
 def conv(e: Emitter, n: Node) -> None:
