@@ -1222,7 +1222,8 @@ def test_a_host_that_waits_takes_over_the_job_the_worker_is_running(monkeypatch)
 
 def test_a_host_that_needs_a_job_s_first_calls_runs_those_and_leaves_the_rest(monkeypatch):
     """Note [Early reads]: waiting for a job's first calls runs only those on the host; the
-    worker takes the rest at once (not after a grace period) while the host goes on."""
+    worker takes the rest without a paused job's grace period (ORPHAN_GRACE) while the host
+    goes on."""
     from lazydev.runtime import queue as Q
     monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker never starts a job first
     q, ran, started = Q.ExecQueue(), [], threading.Event()
@@ -1256,6 +1257,34 @@ def test_a_wait_that_leaves_work_for_the_worker_releases_the_team_when_the_host_
     q.leave_to_worker()
     assert released == [1]
     assert [k for k, _ in ran] == list(range(200))
+    q.shutdown()
+
+
+def test_after_the_host_ran_on_its_team_the_worker_waits_for_the_team_s_release(monkeypatch):
+    """Note [Team hold] (runtime/queue.py): a job the host ran on its OpenMP team and handed
+    back waits for the worker until the host releases the team, whose thread spins on the
+    worker's core meanwhile; with no release, until TEAM_SPIN_S has passed."""
+    from lazydev.runtime import queue as Q
+    released = []
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)
+    monkeypatch.setattr(Q, "TEAM_SPIN_S", 60.0)
+    monkeypatch.setattr(Q, "owns_team", lambda: True)
+    monkeypatch.setattr(Q, "release_team", lambda: released.append(1))
+    q, ran, started = Q.ExecQueue(), [], threading.Event()
+    ticket = q.submit(_Steps(20, ran, started))
+    assert q.wait(ticket, calls=5) == [] and q.release_due()
+    time.sleep(0.2)
+    assert ran == [(k, "MainThread") for k in range(5)]              # held
+    q.leave_to_worker()
+    assert released == [1] and ticket.done.wait(10)
+    assert ran[5:] == [(k, "lazydev-exec") for k in range(5, 20)]
+    monkeypatch.setattr(Q, "TEAM_SPIN_S", 0.3)
+    ran.clear()
+    ticket = q.submit(_Steps(10, ran, started))
+    assert q.wait(ticket, calls=2) == []
+    t0 = time.perf_counter()
+    assert ticket.done.wait(10) and time.perf_counter() - t0 > 0.2   # no release: the hold ends
+    assert ran[2:] == [(k, "lazydev-exec") for k in range(2, 10)] and released == [1]
     q.shutdown()
 
 

@@ -101,6 +101,11 @@ lib.wse_warmup()    # device initialisation: thread pool and BLAS buffers, befor
 TEAM_THREAD = threading.get_ident()
 
 
+def owns_team() -> bool:
+    """Whether the calling thread's programs fork the OpenMP team of two or more threads."""
+    return threading.get_ident() == TEAM_THREAD and torch.get_num_threads() > 1
+
+
 def release_team() -> None:
     """On the host, end its idle OpenMP team, whose spinning thread would keep the queue's
     worker off the other core (Note [Releasing the team] in csrc/wse_runtime.c)."""

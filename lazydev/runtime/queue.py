@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from .device import release_team
+from .device import owns_team, release_team
 
 
 # Note [Who runs a program]
@@ -47,7 +47,8 @@ from .device import release_team
 # A host that needs only what a job's first calls write (Note [Early reads] in
 # compile/passes.py) waits until the job has run them, wherever it runs: a job the worker is
 # past them in it does not wait at all; one it takes, it runs up to there and hands back to the
-# worker at once, which goes on with the rest while the host traces on.
+# worker at once, which goes on with the rest while the host traces on (once the host's team
+# is released, Note [Team hold]).
 # A job has `resume(unpause, limit_us, until) -> finished`, `pause()` and `reached(calls)`; a
 # plain callable runs whole.
 # A paused job nobody takes (its host's wait was interrupted, or it stopped at a long call and
@@ -84,9 +85,21 @@ from .device import release_team
 # long the host last traced (from leave_to_worker to its next wait) and the worker may start a
 # long call if twice its last run (it may have had the host's two threads) ends within
 # WORKER_BUDGET of that, less what has passed (the budget, csrc/wse_prefix.h).
+# Note [Team hold]
+# The host's team thread spins on the other core for about TEAM_SPIN_S after each region the
+# host ran, and a worker started on that core then (a job handed back once the host had run as
+# far as its read needed) takes slices of it at nice 19: the spinning thread, preempted, came
+# late to the release that ends it (Note [Releasing the team]), and the host waited. Most
+# releases took 60-180 us, one in seven or eight of an MLP step's 1-4 ms (a mean of 250-780
+# us a step, inside what benchmarks/timeline.py counts as tracing). So
+# after the host has run a program on its team, the worker starts nothing until the host
+# releases the team or TEAM_SPIN_S has passed; on that core it would have got only slivers
+# anyway. Releases since: 60-180 us, none longer in 70. Blocks of 40 steps alternating 8 times
+# in one process: MLP steps 0.967x and 0.987x as long, CNN 1.01x, transformer 0.976x.
 HOST_GRACE = 0.0003
 WORKER_BUDGET = 0.75
 ORPHAN_GRACE = 0.05
+TEAM_SPIN_S = 0.005
 WORKER_LIMIT_US = 1000
 WORKER_NICE = 19
 
@@ -172,6 +185,7 @@ class ExecQueue:
         self._release_due = False       # Note [Release when tracing]
         self._left = None               # when the host turned to tracing, until its next wait
         self._traced = 0.0              # how long it traced then (Note [Worker's budget])
+        self._team_hold = 0.0           # the worker starts nothing before (Note [Team hold])
 
     def references(self, objs: list) -> list:
         """Per object of `objs`, the references to it outside `objs` and the jobs not yet
@@ -244,7 +258,8 @@ class ExecQueue:
         if host and job is None:
             return None                     # the shutdown marker is the worker's
         if not host and job is not None:
-            left = queued + (ORPHAN_GRACE if paused else HOST_GRACE) - time.perf_counter()
+            now = time.perf_counter()
+            left = max(queued + (ORPHAN_GRACE if paused else HOST_GRACE), self._team_hold) - now
             if left > 0:
                 return left
         self._pending.popleft()
@@ -298,7 +313,7 @@ class ExecQueue:
             self._cv.notify_all()
 
     def _run(self, got: list, unpause: bool, limit_us: int = 0, until: int = 0,
-             budget_us: int = 0) -> None:
+             budget_us: int = 0, host: bool = False) -> None:
         """Run the claimed [job, ticket, paused] (emptied here, so that only this frame holds
         the job, and drops it before the ticket is done, _finish)."""
         job, ticket, _ = got
@@ -314,6 +329,8 @@ class ExecQueue:
                 ticket.error = e
                 self._failed = True
         ticket.seconds += time.perf_counter() - t0
+        if host and owns_team():        # its team spins now: Note [Team hold]
+            self._team_hold = time.perf_counter() + TEAM_SPIN_S
         if not finished:
             self._release((job, ticket), handed=bool(until) and job.reached(until))
             return
@@ -350,7 +367,7 @@ class ExecQueue:
                     self._cv.wait()
                     continue
             mine = got[1] is target and calls
-            self._run(got, unpause=True, until=calls if mine else 0)
+            self._run(got, unpause=True, until=calls if mine else 0, host=True)
 
     def _front(self, job, ticket: Ticket, handed: bool) -> None:
         """Put a started job back at the front of the queue (the caller holds the lock):
@@ -400,6 +417,9 @@ class ExecQueue:
             self._left = time.perf_counter()
             if self._running or self._pending:
                 release_team()
+                with self._cv:          # the other core is free: Note [Team hold]
+                    self._team_hold = 0.0
+                    self._cv.notify_all()
 
     def shutdown(self) -> None:
         if self._thread is not None and self._thread.is_alive():
