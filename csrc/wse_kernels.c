@@ -99,17 +99,17 @@ typedef struct { int64_t mp, np, count; int fork; } gemm_tiles_t;
 
 /* Note [Program-sized tiles]
    Smaller tiles cost the host's team: each tile is one BLAS call that packs the whole shared
-   operand again, so a transformer step's 1024x256x1024 products ran at 149-161 GFLOP/s in
-   eighths against 182 in halves (benchmarks/kernel_profile.py), and its GEMMs lost about 8 ms
-   of 120 to quarters per thread. What small tiles buy, a short wait when the host takes a run
-   over from the worker, comes about once per program, so it is worth less the longer the
-   program. The generated program therefore lets a tile hold a fixed share of all its GEMMs'
-   work (WSE_MAX_TILE, compile/program.py), and a product is cut into no more tiles per
-   thread than keep each under that: the transformer's largest products get two tiles per
-   thread, its 256-wide ones one, while the MLP's and the CNN's programs, a seventeenth of its
-   work or less, keep four. The cap is a constant of the program, so the tiles, and the bits, still
-   follow no thread (Note [Fixed tiles]). Transformer steps, 8 blocks of 6 alternating in
-   one process: 0.96x and 0.98x the time with four tiles per thread. */
+   operand again, so a transformer step's 1024x256x1024 products ran at 149-161 GFLOP/s in eighths
+   against 182 in halves (benchmarks/kernel_profile.py), and its GEMMs lost about 8 ms of 120 to
+   quarters per thread. What small tiles buy, a short wait when the host takes a run over from the
+   worker, comes about once per program, so it is worth less the longer the program. The generated
+   program therefore lets a tile hold a fixed share of all its GEMMs' work (WSE_MAX_TILE,
+   compile/program.py), and a product is cut into no more tiles per thread than keep each under
+   that: the transformer's largest products get two tiles per thread, its 256-wide ones one, while
+   the MLP's and the CNN's programs, a seventeenth of its work or less, keep four. The cap is a
+   constant of the program, so the tiles, and the bits, still follow no thread (Note [Fixed
+   tiles]). Transformer steps, 8 blocks of 6 alternating in one process: 0.96x and 0.98x the time
+   with four tiles per thread. */
 
 int wse_team = 1;               /* wse_kernels.h */
 __thread int wse_whole_gemms;

@@ -86,16 +86,16 @@ from .device import owns_team, release_team
 # long call if twice its last run (it may have had the host's two threads) ends within
 # WORKER_BUDGET of that, less what has passed (the budget, csrc/wse_prefix.h).
 # Note [Team hold]
-# The host's team thread spins on the other core for about TEAM_SPIN_S after each region the
-# host ran, and a worker started on that core then (a job handed back once the host had run as
-# far as its read needed) takes slices of it at nice 19: the spinning thread, preempted, came
-# late to the release that ends it (Note [Releasing the team]), and the host waited. Most
-# releases took 60-180 us, one in seven or eight of an MLP step's 1-4 ms (a mean of 250-780
-# us a step, inside what benchmarks/timeline.py counts as tracing). So
-# after the host has run a program on its team, the worker starts nothing until the host
-# releases the team or TEAM_SPIN_S has passed; on that core it would have got only slivers
-# anyway. Releases since: 60-180 us, none longer in 70. Blocks of 40 steps alternating 8 times
-# in one process: MLP steps 0.967x and 0.987x as long, CNN 1.01x, transformer 0.976x.
+# The host's team thread spins on the other core for about TEAM_SPIN_S after each region the host
+# ran, and a worker started on that core then (a job handed back once the host had run as far as
+# its read needed) takes slices of it at nice 19: the spinning thread, preempted, came late to the
+# release that ends it (Note [Releasing the team]), and the host waited. Most releases took 60-180
+# us, one in seven or eight of an MLP step's 1-4 ms (a mean of 250-780 us a step, inside what
+# benchmarks/timeline.py counts as tracing). So after the host has run a program on its team, the
+# worker starts nothing until the host releases the team or TEAM_SPIN_S has passed; on that core
+# it would have got only slivers anyway. Releases since: 60-180 us, none longer in 70. Blocks of
+# 40 steps alternating 8 times in one process: MLP steps 0.967x and 0.987x as long, CNN 1.01x,
+# transformer 0.976x.
 HOST_GRACE = 0.0003
 WORKER_BUDGET = 0.75
 ORPHAN_GRACE = 0.05
