@@ -108,8 +108,10 @@ typedef struct { int64_t mp, np, count; int fork; } gemm_tiles_t;
    that: the transformer's largest products get two tiles per thread, its 256-wide ones one, while
    the MLP's and the CNN's programs, a seventeenth of its work or less, keep four. The cap is a
    constant of the program, so the tiles, and the bits, still follow no thread (Note [Fixed
-   tiles]). Transformer steps, 8 blocks of 6 alternating in one process: 0.96x and 0.98x the time
-   with four tiles per thread. */
+   tiles]). One product may be cut differently in two programs, though, and on a CPU whose BLAS
+   changes bits with the cut the two results may then differ in their last bits (OpenBLAS on this
+   AMD EPYC gave the same bits for every cut of nine shapes tried). Transformer steps, 8 blocks of
+   6 alternating in one process: 0.96x and 0.98x the time with four tiles per thread. */
 
 int wse_team = 1;               /* wse_kernels.h */
 __thread int wse_whole_gemms;
