@@ -1,7 +1,8 @@
 """A switch of the execution queue on and off, A/B in one process beside eager: the host's team
-released or kept (`--switch release`, Note [Releasing the team] in csrc/wse_runtime.c), or the
+released or kept (`--switch release`, Note [Releasing the team] in csrc/wse_runtime.c), the
 worker's budget for long calls or none (`--switch budget`, Note [Worker's budget] in
-lazydev/runtime/queue.py).
+lazydev/runtime/queue.py), or the worker held while the host's team spins or not (`--switch
+hold`, Note [Team hold] there).
 
 This VM's speed drifts by a third between runs (eager's MLP step 12-23 ms in one day), far more
 than the changes measured here, so separate runs of benchmarks/run.py cannot compare the two.
@@ -11,7 +12,7 @@ the eager block beside it. That eager runs in lazydev's process, which can slow 
 the elementwise chain, benchmarks/paired.py): the ratios compare the two settings, and
 paired.py, with a process per backend, compares wse with eager.
 
-    python benchmarks/queue_ab.py --workload mlp [--switch release|budget] [--steps 15]
+    python benchmarks/queue_ab.py --workload mlp [--switch release|budget|hold] [--steps 15]
         [--rounds 8] [--pipelined]
 """
 from __future__ import annotations
@@ -34,14 +35,16 @@ from workloads import WORKLOADS  # noqa: E402
 
 def _switches() -> dict:
     """--switch name -> {label: set the queue's module state} for on (the default) and off."""
-    release, budget = queue.release_team, queue.WORKER_BUDGET
+    release, budget, spin = queue.release_team, queue.WORKER_BUDGET, queue.TEAM_SPIN_S
 
     def setting(name, value):
         return lambda: setattr(queue, name, value)
     return {"release": {"team released": setting("release_team", release),
                         "team kept": setting("release_team", lambda: None)},
             "budget": {f"worker budget {budget}": setting("WORKER_BUDGET", budget),
-                       "no budget": setting("WORKER_BUDGET", 0.0)}}
+                       "no budget": setting("WORKER_BUDGET", 0.0)},
+            "hold": {f"worker held {spin * 1e3:g} ms": setting("TEAM_SPIN_S", spin),
+                     "not held": setting("TEAM_SPIN_S", 0.0)}}
 
 
 def main() -> None:

@@ -93,9 +93,10 @@ from .device import owns_team, release_team
 # us, one in seven or eight of an MLP step's 1-4 ms (a mean of 250-780 us a step, inside what
 # benchmarks/timeline.py counts as tracing). So after the host has run a program on its team, the
 # worker starts nothing until the host releases the team or TEAM_SPIN_S has passed; on that core
-# it would have got only slivers anyway. Releases since: 60-180 us, none longer in 70. Blocks of
-# 40 steps alternating 8 times in one process: MLP steps 0.967x and 0.987x as long, CNN 1.01x,
-# transformer 0.976x.
+# it would have got only slivers anyway. Releases since: 60-180 us, none longer in 70. What that
+# does to a step's median is within this VM's noise: blocks of steps alternating in one process
+# gave the MLP 0.967x, 0.987x, 0.970x and 1.015x (benchmarks/queue_ab.py --switch hold: 1.00x,
+# 1.01x), the CNN 1.01x, the transformer 0.976x; the tail it removes is in the mean.
 HOST_GRACE = 0.0003
 WORKER_BUDGET = 0.75
 ORPHAN_GRACE = 0.05
