@@ -653,6 +653,21 @@ def test_repeated_loop_nests_are_compiled_once():
     assert defined == 2, units[-1]
 
 
+def test_a_program_says_whether_it_may_fork_the_team():
+    """Note [Team hold]: a program without a parallel loop or a library call cannot start the
+    OpenMP team (Layout.forks false), so running it holds no worker; one with either may."""
+    from lazydev import compile as lzc
+    from lazydev.compile.codegen import PARALLEL_MIN
+    torch.manual_seed(0)
+    forks = []
+    for x, w in ((torch.randn(8), None), (torch.randn(4 * PARALLEL_MIN), None),
+                 (torch.randn(8, 8), torch.randn(8, 8))):
+        y = torch.tanh(x.to("wse")) * 2 if w is None else x.to("wse") @ w.to("wse")
+        assert_same(y.cpu(), torch.tanh(x) * 2 if w is None else x @ w)
+        forks.append(lzc.last_compiled["layout"].forks)
+    assert forks == [False, True, True]
+
+
 # ----------------------------------------------------------------- execution queue
 
 def test_a_host_that_waits_runs_the_queued_jobs_itself_in_order(monkeypatch):
@@ -1285,6 +1300,32 @@ def test_after_the_host_ran_on_its_team_the_worker_waits_for_the_team_s_release(
     t0 = time.perf_counter()
     assert ticket.done.wait(10) and time.perf_counter() - t0 > 0.2   # no release: the hold ends
     assert ran[2:] == [(k, "lazydev-exec") for k in range(2, 10)] and released == [1]
+    q.shutdown()
+
+
+def test_a_job_that_cannot_fork_the_team_does_not_hold_the_worker(monkeypatch):
+    """Note [Team hold]: a job without a forking call (`forks` false: a program too small for
+    a parallel loop or a library call) leaves no team spinning, so the worker takes the rest
+    of it at once; the same job that may fork waits for the release."""
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)
+    monkeypatch.setattr(Q, "TEAM_SPIN_S", 60.0)
+    monkeypatch.setattr(Q, "owns_team", lambda: True)
+    monkeypatch.setattr(Q, "release_team", lambda: None)
+
+    class Job(_Steps):
+        def __init__(self, forks, *args):
+            super().__init__(*args)
+            self.forks = forks
+    q, started = Q.ExecQueue(), threading.Event()
+    for forks in (False, True):
+        ran = []
+        ticket = q.submit(Job(forks, 10, ran, started))
+        assert q.wait(ticket, calls=2) == []
+        assert ticket.done.wait(2) is not forks
+        q.leave_to_worker()
+        assert ticket.done.wait(10)
+        assert ran == [(k, "MainThread" if k < 2 else "lazydev-exec") for k in range(10)]
     q.shutdown()
 
 

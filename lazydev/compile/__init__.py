@@ -45,7 +45,7 @@ class Compiled:
             self.arena = Buffer(lay.arena_bytes)
         _keep_arena(self)
         bufs = [inputs[s] for s in lay.input_slots] + outs + [self.arena]
-        job = _Job(self.program.start(bufs, scalars), self.stats)
+        job = _Job(self.program.start(bufs, scalars), self.stats, lay.forks)
         # Queued even with config.async_exec off: runs queued before it (the rest of a step
         # whose loss was read early) write what it reads, so it must run after them; the
         # caller then waits for it (trace/sync.py).
@@ -79,10 +79,10 @@ class _Job:
     """A queued run: resumable on another thread (Note [Who runs a program] in
     runtime/queue.py), timed into the program's stats and the step's execute time."""
 
-    __slots__ = ("run", "stats")
+    __slots__ = ("run", "stats", "forks")
 
-    def __init__(self, run, stats: dict):
-        self.run, self.stats = run, stats
+    def __init__(self, run, stats: dict, forks: bool):
+        self.run, self.stats, self.forks = run, stats, forks     # forks: Note [Team hold]
 
     def pause(self) -> None:
         self.run.pause()

@@ -25,6 +25,7 @@ class Layout:
     nodes: int
     donatable: dict = None       # output index -> input slots it may overwrite (Note [Donation])
     out_ready: list = None       # per new output buffer: the calls run once it is final
+    forks: bool = True           # a call may fork the OpenMP team (Note [Team hold])
 
 
 def _reads(order: list[Node], realized: set) -> dict:
@@ -248,8 +249,15 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     units = _units(_preamble(prefix, _max_tile(kernel_nodes)), kernels, entry, special)
     # Every new output has a writer; were one missed, a read would wait for the whole run.
     layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable,
-                    [len(calls) if r is None else r for r in out_ready])
+                    [len(calls) if r is None else r for r in out_ready],
+                    any(_may_fork(k) for k in kernels))
     return units, layout
+
+
+def _may_fork(kernel: str) -> bool:
+    """Whether a kernel may start the OpenMP team: a loop given `omp parallel` (only with
+    enough work, kernels._omp) or a library routine, which forks by its own work (csrc)."""
+    return "omp parallel" in kernel or "lib->" in kernel
 
 
 # Note [Kernel deduplication]

@@ -49,8 +49,8 @@ from .device import owns_team, release_team
 # past them in it does not wait at all; one it takes, it runs up to there and hands back to the
 # worker at once, which goes on with the rest while the host traces on (once the host's team
 # is released, Note [Team hold]).
-# A job has `resume(unpause, limit_us, until) -> finished`, `pause()` and `reached(calls)`; a
-# plain callable runs whole.
+# A job has `resume(unpause, limit_us, until) -> finished`, `pause()`, `reached(calls)` and may
+# have `forks` (Note [Team hold]); a plain callable runs whole.
 # A paused job nobody takes (its host's wait was interrupted, or it stopped at a long call and
 # no host came) goes back to the worker after ORPHAN_GRACE, without the limit, so the queue never
 # stalls with every later step's buffers held.
@@ -96,7 +96,10 @@ from .device import owns_team, release_team
 # it would have got only slivers anyway. Releases since: 60-180 us, none longer in 70. What that
 # does to a step's median is within this VM's noise: blocks of steps alternating in one process
 # gave the MLP 0.967x, 0.987x, 0.970x and 1.015x (benchmarks/queue_ab.py --switch hold: 1.00x,
-# 1.01x), the CNN 1.01x, the transformer 0.976x; the tail it removes is in the mean.
+# 1.01x), the CNN 1.01x, the transformer 0.976x; the tail it removes is in the mean. Only a job
+# that may have forked the team holds the worker (its `forks`, compile/program.py's Layout; a job
+# without one may): after a program too small for any parallel loop or library call, held, the
+# worker waited up to TEAM_SPIN_S for a team that was not spinning.
 HOST_GRACE = 0.0003
 WORKER_BUDGET = 0.75
 ORPHAN_GRACE = 0.05
@@ -330,7 +333,7 @@ class ExecQueue:
                 ticket.error = e
                 self._failed = True
         ticket.seconds += time.perf_counter() - t0
-        if host and owns_team():        # its team spins now: Note [Team hold]
+        if host and getattr(job, "forks", True) and owns_team():     # Note [Team hold]
             self._team_hold = time.perf_counter() + TEAM_SPIN_S
         if not finished:
             self._release((job, ticket), handed=bool(until) and job.reached(until))
