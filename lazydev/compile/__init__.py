@@ -82,7 +82,8 @@ class _Job:
     __slots__ = ("run", "stats", "forks")
 
     def __init__(self, run, stats: dict, forks: bool):
-        self.run, self.stats, self.forks = run, stats, forks     # forks: Note [Team hold]
+        # forks: whether a call may start the OpenMP team (Note [Team hold] in runtime/queue.py)
+        self.run, self.stats, self.forks = run, stats, forks
 
     def pause(self) -> None:
         self.run.pause()

@@ -25,7 +25,7 @@ class Layout:
     nodes: int
     donatable: dict = None       # output index -> input slots it may overwrite (Note [Donation])
     out_ready: list = None       # per new output buffer: the calls run once it is final
-    forks: bool = True           # a call may fork the OpenMP team (Note [Team hold])
+    forks: bool = True           # a call may fork the team (Note [Team hold], runtime/queue.py)
 
 
 def _reads(order: list[Node], realized: set) -> dict:
