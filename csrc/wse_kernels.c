@@ -141,6 +141,13 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
   return t;
 }
 
+/* Note [Two-level batches]
+   Attention's products are batches over (sample, head), and each head's matrix is a strided
+   view of the QKV projection: rows 3d apart, heads d/H apart, samples T rows apart. One batch
+   stride cannot address them, so each was copied out first (12 copies a transformer step,
+   0.8 ms). With `heads` = {Ha, inner stride of A, Hb, inner stride of B}, A's matrix of
+   product b starts at (b / Ha) * stride_a + (b % Ha) * its inner stride, likewise B's, and the
+   GEMM reads the views in place (lazydev/compile/passes.py, gemm_operand). */
 /* One templated body for f32/f64: reference loop (no BLAS, huge or odd
    strides) and the batched driver.  beta == 0 means C is write-only, as in
    BLAS, so NaN garbage in uninitialised outputs never leaks through. */
@@ -175,12 +182,17 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
   static void gemm_tile_##SUF(const gemm_tiles_t* tl, int64_t t, int ta, int tb, int64_t M, \
                               int64_t N, int64_t K, T alpha, const T* A, int64_t lda,      \
                               int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta,     \
-                              T* C, int64_t ldc, int64_t sc) {                             \
+                              T* C, int64_t ldc, int64_t sc, const int64_t* hb) {          \
     int64_t b = t / (tl->mp * tl->np), im = t / tl->np % tl->mp, jn = t % tl->np;          \
     int64_t i0 = M * im / tl->mp, i1 = M * (im + 1) / tl->mp;                              \
     int64_t j0 = N * jn / tl->np, j1 = N * (jn + 1) / tl->np;                              \
-    gemm_one_##SUF(ta, tb, i1 - i0, j1 - j0, K, alpha, A + b * sa + (ta ? i0 : i0 * lda),  \
-                   lda, B + b * sb + (tb ? j0 * ldb : j0), ldb, beta,                      \
+    int64_t oa = b * sa, ob = b * sb;                                                      \
+    if (hb) { /* Note [Two-level batches] */                                               \
+      oa = b / hb[0] * sa + b % hb[0] * hb[1];                                             \
+      ob = b / hb[2] * sb + b % hb[2] * hb[3];                                             \
+    }                                                                                      \
+    gemm_one_##SUF(ta, tb, i1 - i0, j1 - j0, K, alpha, A + oa + (ta ? i0 : i0 * lda),      \
+                   lda, B + ob + (tb ? j0 * ldb : j0), ldb, beta,                          \
                    C + b * sc + i0 * ldc + j0, ldc);                                       \
   }                                                                                        \
   /* Tiles [t0, t1) of the plan `tl`, forked when it says so. No inactive `parallel if (0)`  \
@@ -189,17 +201,17 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
   static void gemm_tiles_##SUF(const gemm_tiles_t* tl, int64_t t0, int64_t t1, int ta,      \
                                int tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, \
                                int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, \
-                               T beta, T* C, int64_t ldc, int64_t sc) {                    \
+                               T beta, T* C, int64_t ldc, int64_t sc, const int64_t* hb) { \
     if (!tl->fork || t1 - t0 < 2) {                                                        \
       for (int64_t t = t0; t < t1; t++)                                                    \
         gemm_tile_##SUF(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,   \
-                        ldc, sc);                                                          \
+                        ldc, sc, hb);                                                      \
       return;                                                                              \
     }                                                                                      \
     _Pragma("omp parallel for schedule(static)")                                           \
     for (int64_t t = t0; t < t1; t++)                                                      \
       gemm_tile_##SUF(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, \
-                      sc);                                                                 \
+                      sc, hb);                                                             \
   }                                                                                        \
   static void gemm_##SUF(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,   \
                          T alpha, const T* A, int64_t lda, int64_t sa, const T* B,         \
@@ -210,7 +222,7 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
     ldc = fix_ld(ldc, M, N);                                                               \
     gemm_tiles_t tl = plan_gemm(batch, M, N, K, 0);                                        \
     gemm_tiles_##SUF(&tl, 0, tl.count, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,     \
-                     beta, C, ldc, sc);                                                    \
+                     beta, C, ldc, sc, NULL);                                              \
   }
 
 WSE_DEFINE_GEMM(f32, float, g_sgemm, g_fsgemm)
@@ -241,7 +253,8 @@ void wse_kernels_set_run(volatile int32_t* stop) { tls_stop = stop; }
   static int gemm_##SUF##_sliced(int64_t batch, int ta, int tb, int64_t M, int64_t N,      \
                                  int64_t K, T alpha, const T* A, int64_t lda, int64_t sa,  \
                                  const T* B, int64_t ldb, int64_t sb, T beta, T* C,         \
-                                 int64_t ldc, int64_t sc, int64_t max_tile) {              \
+                                 int64_t ldc, int64_t sc, int64_t max_tile,                \
+                                 const int64_t* hb) {                                      \
     volatile int32_t* st = tls_stop;                                                       \
     if (batch <= 0 || M <= 0 || N <= 0) return 0;                                          \
     lda = fix_ld(lda, ta ? K : M, ta ? M : K);                                             \
@@ -250,7 +263,7 @@ void wse_kernels_set_run(volatile int32_t* stop) { tls_stop = stop; }
     gemm_tiles_t tl = plan_gemm(batch, M, N, K, max_tile);                                 \
     if (!st || tl.count > INT32_MAX) {                                                     \
       gemm_tiles_##SUF(&tl, 0, tl.count, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,   \
-                       beta, C, ldc, sc);                                                  \
+                       beta, C, ldc, sc, hb);                                              \
       return 0;                                                                            \
     }                                                                                      \
     const int64_t tile = 2 * batch * M * N * (K > 0 ? K : 1) / tl.count;                   \
@@ -259,7 +272,7 @@ void wse_kernels_set_run(volatile int32_t* stop) { tls_stop = stop; }
     for (int64_t t0 = st[2]; t0 < tl.count;) {                                             \
       const int64_t t1 = tl.count - t0 < per ? tl.count : t0 + per;                        \
       gemm_tiles_##SUF(&tl, t0, t1, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, \
-                       C, ldc, sc);                                                        \
+                       C, ldc, sc, hb);                                                    \
       t0 = t1;                                                                             \
       if (t0 < tl.count && st[0]) {                                                        \
         st[2] = (int32_t)t0;                                                               \

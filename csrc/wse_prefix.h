@@ -39,9 +39,12 @@ typedef struct wse_lib {
      returns WSE_PAUSED between two if asked to pause; calling it again on the same run goes
      on from there (Note [Sliced GEMM] in csrc/wse_kernels.c). Otherwise returns 0.
      max_tile: the multiply-adds one of its tiles may hold, from the program (Note
-     [Program-sized tiles] in csrc/wse_kernels.c); 0 leaves the library's own tiles. */
-  int (*gemm_f32_sliced)(WSE_GEMM_PARAMS(float), int64_t max_tile);
-  int (*gemm_f64_sliced)(WSE_GEMM_PARAMS(double), int64_t max_tile);
+     [Program-sized tiles] in csrc/wse_kernels.c); 0 leaves the library's own tiles.
+     heads: NULL, or {Ha, inner stride of A, Hb, inner stride of B} for operands batched in
+     two levels: A_b = A + (b / Ha) * stride_a + (b % Ha) * its inner stride, likewise B_b
+     (Note [Two-level batches] in csrc/wse_kernels.c). */
+  int (*gemm_f32_sliced)(WSE_GEMM_PARAMS(float), int64_t max_tile, const int64_t* heads);
+  int (*gemm_f64_sliced)(WSE_GEMM_PARAMS(double), int64_t max_tile, const int64_t* heads);
   /* conv2d on contiguous NCHW input, OIHW weight (I = C/groups), output
      N,O,OH,OW, no bias.  p = {N, C, H, W, O, KH, KW, stride_h, stride_w,
      pad_h, pad_w, dil_h, dil_w, groups, OH, OW}.  Outputs are overwritten.

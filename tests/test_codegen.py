@@ -528,11 +528,12 @@ def test_softmax_multiplies_by_the_rows_reciprocal():
     assert "Node(DIV" not in code and "Node(MUL" in code, code
 
 
-def test_attention_keys_are_copied_as_rows_and_transposed_by_the_gemm():
-    """Note on `_gemm_view` in compile/passes.py: the key of attention, a head split of the QKV
-    projection transposed, is copied untransposed (rows of the projection) and the GEMMs
-    transpose it with BLAS's flag, scores and the query's gradient alike; values and gradients
-    as on the CPU."""
+def test_attention_heads_are_read_in_place_by_the_gemms():
+    """Note [Two-level batches] in csrc/wse_kernels.c: the query and key of attention, head
+    splits of the QKV projection (the key transposed), are read by the GEMMs where they lie,
+    batched over (sample, head) in two levels, the key's transpose by BLAS's flag (`_gemm_view`
+    in compile/passes.py), in the scores and in the gradients alike: no copy of either; values
+    and gradients as on the CPU."""
     g = torch.Generator().manual_seed(0)
     # Inputs at an attention layer's scale: weights as an initialised layer's, and r, the
     # scores' upstream gradient, 1/16 of unit as from softmax rows over 16 keys. With unit
@@ -557,10 +558,38 @@ def test_attention_keys_are_copied_as_rows_and_transposed_by_the_gemm():
     code = "\n".join(last_compiled["units"])
     for got, want in zip(dev, cpu):
         assert_same(got.grad, want.grad)
-    copies = [c for c in code.split("/* Node(")[1:] if c.startswith("AS_STRIDED")]
-    assert copies and all(c.startswith("AS_STRIDED, float32[2, 4, 16, 8]") for c in copies), \
-        [c[:60] for c in copies]
+    copies = [c[:60] for c in code.split("/* Node(")[1:] if c.startswith("AS_STRIDED")]
+    assert copies == []
+    assert "static const int64_t hb[4] = {4, 8, 4, 8};" in code      # heads 8 floats apart
     assert ", 0, 1, " in code and ", 1, 0, " in code       # a GEMM with each operand transposed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", ["heads_by_contiguous", "transposed_heads_by_broadcast",
+                                  "heads_by_other_heads"])
+def test_strided_head_views_are_gemm_operands_in_place(dtype, case):
+    """Note [Two-level batches]: a GEMM operand that is a view batched over two dims of any
+    stride, with rows or columns of unit stride, is read where it lies, whatever the other
+    operand: contiguous, broadcast over the batch, or batched over other heads. No copy; the
+    CPU's values."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, 5 * 6, generator=g, dtype=dtype)
+    w, v = torch.randn(3, 5, 6, 4, generator=g, dtype=dtype), torch.randn(7, 2, dtype=dtype)
+
+    def product(x, w, v):
+        heads = x.reshape(3, 7, 5, 6).transpose(1, 2)           # [3, 5, 7, 6], rows 30 apart
+        if case == "heads_by_contiguous":
+            return heads @ w
+        if case == "transposed_heads_by_broadcast":
+            return heads.transpose(-2, -1) @ v
+        return heads @ x.reshape(3, 7, 5, 6).permute(0, 2, 3, 1)   # [3, 5, 6, 7], columns 30 apart
+    got = product(x.to("wse"), w.to("wse"), v.to("wse"))
+    lazydev.mark_step()
+    code = "\n".join(last_compiled["units"])
+    assert_same(got, product(x, w, v))
+    kernels = [c.split(",")[0] for c in code.split("/* Node(")[1:]]
+    assert "MATMUL" in kernels and not {"AS_STRIDED", "PERMUTE"} & set(kernels), kernels
+    assert "static const int64_t hb[4]" in code
 
 
 @pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16])

@@ -788,9 +788,9 @@ int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t*
   int64_t lda = s[8], sa = s[9], ldb = s[10], sb = s[11], ldc = s[13], sc = s[14];
   int rc = s[0] == 32
       ? lib->gemm_f32_sliced(b, ta, tb, M, N, K, (float)s[7], bufs[0], lda, sa, bufs[1], ldb,
-                             sb, (float)s[12], bufs[2], ldc, sc, (int64_t)s[15])
+                             sb, (float)s[12], bufs[2], ldc, sc, (int64_t)s[15], NULL)
       : lib->gemm_f64_sliced(b, ta, tb, M, N, K, s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
-                             s[12], bufs[2], ldc, sc, (int64_t)s[15]);
+                             s[12], bufs[2], ldc, sc, (int64_t)s[15], NULL);
   if (rc) return rc;
   *next = 1;
   return 0;

@@ -10,7 +10,7 @@ import torch
 from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op
 from . import cexpr
 from .cbuilder import CBuilder
-from .passes import ROW_MIN, matmul_operand
+from .passes import ROW_MIN, gemm_operand
 from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
 from .cexpr import vtype
 from .kernels_row import SIMD_REDUCE, Fold, row_reductions_read, row_staged, row_reductions
@@ -648,28 +648,41 @@ SLICED = "_sliced"       # the library GEMMs a run can pause inside; program.py 
 
 
 def _gemm_operand(e: Emitter, s: Node):
-    """(pointer, transposed, leading dimension, batch stride) of GEMM operand s."""
-    stored, trans = matmul_operand(s, e.ptrs)
+    """(pointer, transposed, leading dimension, (H, stride, inner stride)) of GEMM operand s:
+    its matrix for product b is at (b / H) * stride + (b % H) * inner stride (Note [Two-level
+    batches] in csrc/wse_kernels.c)."""
+    stored, trans, view = gemm_operand(s, e.ptrs)
     if id(stored) not in e.ptrs:
         raise CodegenUnsupported("matmul operand was not scheduled into a buffer")
-    rows, cols = s.shape[-2], s.shape[-1]
-    return e.ptr(stored), int(trans), rows if trans else cols, rows * cols
+    if view is None:
+        rows, cols = s.shape[-2], s.shape[-1]
+        one = _prod(s.shape[:-2]) == 1          # broadcast over the batch
+        return e.ptr(stored), int(trans), rows if trans else cols, (1, 0 if one else rows * cols, 0)
+    offset, ld, batch = view
+    ptr = f"({e.ptr(stored)} + {offset})" if offset else e.ptr(stored)
+    if len(batch) < 2:          # one level, or none: broadcast over the batch
+        return ptr, int(trans), ld, (1, batch[0][1] if batch else 0, 0)
+    (_, outer), (heads, inner) = batch
+    return ptr, int(trans), ld, (heads, outer, inner)
 
 
 def matmul(e: Emitter, n: Node) -> None:
     a, b = n.src
     m, k, nn = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = _prod(n.shape[:-2])
-    pa, ta, lda, sa = _gemm_operand(e, a)
-    pb, tb, ldb, sb = _gemm_operand(e, b)
-    sa, sb = (sa if _prod(a.shape[:-2]) > 1 else 0), (sb if _prod(b.shape[:-2]) > 1 else 0)
+    pa, ta, lda, (ha, sa, ia) = _gemm_operand(e, a)
+    pb, tb, ldb, (hb, sb, ib) = _gemm_operand(e, b)
     out = e.ptr(n)
     fn = "gemm_f64" if n.dtype.itemsize == 8 else "gemm_f32"
+    heads = "0"
+    if ha > 1 or hb > 1:
+        e.b.line(f"static const int64_t hb[4] = {{{ha}, {ia}, {hb}, {ib}}};")
+        heads = "hb"
     if k == 0:
         e.b.line(f"memset({out}, 0, sizeof(*{out}) * {n.numel});")
     elif n.numel:               # may pause inside (Note [Sliced GEMM] in csrc/wse_kernels.c)
         e.b.line(f"err = lib->{fn}{SLICED}({batch}, {ta}, {tb}, {m}, {nn}, {k}, 1, {pa}, {lda}, "
-                 f"{sa}, {pb}, {ldb}, {sb}, 0, {out}, {nn}, {m * nn}, WSE_MAX_TILE);")
+                 f"{sa}, {pb}, {ldb}, {sb}, 0, {out}, {nn}, {m * nn}, WSE_MAX_TILE, {heads});")
 
 
 def conv(e: Emitter, n: Node) -> None:

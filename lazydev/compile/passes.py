@@ -97,11 +97,12 @@ def _blas_transpose(nd: int) -> tuple:
 def _gemm_view(s: Node, by_key: dict) -> Node:
     """GEMM operand `s`, with a strided view whose last two dims are swapped in memory turned
     into the transpose of a row-major view: the key of attention (`k.transpose(-2, -1)` of a head
-    split of the QKV projection) and, in the backward pass, its transpose back. The view's batch
-    dims do not fold into one BLAS batch stride, so it is copied either way; copied untransposed,
-    the copy reads whole rows and BLAS transposes it, where the transposed copy read one element
-    per source row (8x4x64x128: 200-260 us, against 60-80 for the row copy). The new view is
-    shared by key, so every GEMM that reads the key, either way round, reads one copy."""
+    split of the QKV projection) and, in the backward pass, its transpose back. With at most two
+    batch dims the GEMM reads it in place either way (Note [Two-level batches] in
+    csrc/wse_kernels.c). With more it is copied, and copied untransposed the copy reads whole
+    rows and BLAS transposes it, where the transposed copy read one element per source row
+    (8x4x64x128: 200-260 us, against 60-80 for the row copy). The new view is shared by key, so
+    every GEMM that reads the key, either way round, reads one copy."""
     swap = _blas_transpose(len(s.shape))
     outer = s.op is Op.PERMUTE and s.arg == swap        # already the BLAS transpose flag
     x = s.src[0] if outer else s
@@ -153,17 +154,67 @@ def _cheap(n: Node, realized: set) -> bool:
 
 
 def matmul_operand(s: Node, realized: set | None = None) -> tuple[Node, bool]:
-    """(the node whose buffer a GEMM reads for operand s, transposed?). A transpose of the last
-    two dims is the BLAS transpose flag, and a reshape of a buffer is the same bytes, so neither
-    is copied. Shared by the scheduler and the GEMM kernel template so both agree."""
-    nd = len(s.shape)
-    trans = False
-    if s.op is Op.PERMUTE and s.arg == _blas_transpose(nd) and not (
-            realized is not None and id(s) in realized):
+    """(the node whose buffer a GEMM reads for operand s, transposed?). Shared by the scheduler
+    and the GEMM kernel template so both agree."""
+    return gemm_operand(s, realized)[:2]
+
+
+def gemm_operand(s: Node, realized: set | None = None) -> tuple[Node, bool, tuple | None]:
+    """(the node whose buffer a GEMM reads for operand s, transposed?, view). A transpose of the
+    last two dims is the BLAS transpose flag, and a reshape of a buffer is the same bytes, so
+    neither is copied; nor is a strided view a GEMM can address (Note [Two-level batches] in
+    csrc/wse_kernels.c): then `view` is (element offset, leading dimension, its batch dims as
+    (size, stride) pairs), else None."""
+    def kept(n):
+        return realized is not None and id(n) in realized
+    nd, trans = len(s.shape), False
+    if s.op is Op.PERMUTE and s.arg == _blas_transpose(nd) and not kept(s):
         s, trans = s.src[0], True
-    while s.op is Op.RESHAPE and not (realized is not None and id(s) in realized):
+    top = s
+    while s.op is Op.RESHAPE and not kept(s):
         s = s.src[0]
-    return s, trans
+    strided = s.op in (Op.AS_STRIDED, Op.PERMUTE) and not kept(s)
+    view = _gemm_strided(s, top) if strided else None
+    if view is None:
+        return s, trans, None
+    base, flip, view = view
+    return base, trans ^ flip, view
+
+
+def _view_strides(v: Node) -> tuple:
+    """(strides, element offset) of a strided view or of a permutation of contiguous values."""
+    if v.op is Op.AS_STRIDED:
+        return v.arg
+    inner = [1] * len(v.shape)
+    for k in range(len(v.shape) - 2, -1, -1):
+        inner[k] = inner[k + 1] * v.src[0].shape[k + 1]
+    return tuple(inner[p] for p in v.arg), 0
+
+
+def _gemm_strided(v: Node, top: Node):
+    """(buffer node, transposed?, (offset, ld, batch)) when the view `v` (strided, or a
+    permutation), read as `top` (a reshape of it merging or splitting batch dims only), is
+    matrices BLAS can address: rows or columns of unit stride, at most two batch dims of any
+    stride; else None."""
+    if len(v.shape) < 2 or v.shape[-2:] != top.shape[-2:]:
+        return None
+    stride, offset = _view_strides(v)
+    batch = tuple((n, st) for n, st in zip(v.shape[:-2], stride[:-2]) if n != 1)
+    if len(batch) > 2 or v.numel == 0:
+        return None
+    (rows, cols), (sr, sc) = v.shape[-2:], stride[-2:]
+    if (sc == 1 or cols == 1) and sr >= cols and sr > 0:
+        flip, ld = False, sr
+    elif (sr == 1 or rows == 1) and sc >= rows and sc > 0:
+        flip, ld = True, sc
+    else:
+        return None
+    base = v.src[0]
+    while base.op is Op.RESHAPE:
+        base = base.src[0]
+    if base.op in MOVEMENT or base.dtype != v.dtype:
+        return None
+    return base, flip, (offset, ld, batch)
 
 
 def _producer(n: Node) -> Node:
