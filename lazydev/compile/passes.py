@@ -89,7 +89,7 @@ def _swap_last(t: tuple) -> tuple:
 
 
 def _blas_transpose(nd: int) -> tuple:
-    """The permutation a GEMM reads as BLAS's transpose flag (matmul_operand): the last two dims
+    """The permutation a GEMM reads as BLAS's transpose flag (gemm_operand): the last two dims
     swapped."""
     return _swap_last(tuple(range(nd)))
 
@@ -153,18 +153,13 @@ def _cheap(n: Node, realized: set) -> bool:
         return False
 
 
-def matmul_operand(s: Node, realized: set | None = None) -> tuple[Node, bool]:
-    """(the node whose buffer a GEMM reads for operand s, transposed?). Shared by the scheduler
-    and the GEMM kernel template so both agree."""
-    return gemm_operand(s, realized)[:2]
-
-
 def gemm_operand(s: Node, realized: set | None = None) -> tuple[Node, bool, tuple | None]:
     """(the node whose buffer a GEMM reads for operand s, transposed?, view). A transpose of the
     last two dims is the BLAS transpose flag, and a reshape of a buffer is the same bytes, so
     neither is copied; nor is a strided view a GEMM can address (Note [Two-level batches] in
     csrc/wse_kernels.c): then `view` is (element offset, leading dimension, its batch dims as
-    (size, stride) pairs), else None."""
+    (size, stride) pairs), else None. Shared by the scheduler and the GEMM kernel template so
+    both agree."""
     def kept(n):
         return realized is not None and id(n) in realized
     nd, trans = len(s.shape), False
@@ -185,9 +180,7 @@ def _view_strides(v: Node) -> tuple:
     """(strides, element offset) of a strided view or of a permutation of contiguous values."""
     if v.op is Op.AS_STRIDED:
         return v.arg
-    inner = [1] * len(v.shape)
-    for k in range(len(v.shape) - 2, -1, -1):
-        inner[k] = inner[k + 1] * v.src[0].shape[k + 1]
+    inner = contiguous_strides(v.src[0].shape)
     return tuple(inner[p] for p in v.arg), 0
 
 
@@ -255,7 +248,7 @@ def schedule(outputs: list[Node]) -> tuple[list[Node], set]:
             realized.add(id(n))
         if n.op in LIBRARY:
             for s in n.src:
-                realized.add(id(matmul_operand(s)[0] if n.op is Op.MATMUL else s))
+                realized.add(id(gemm_operand(s)[0] if n.op is Op.MATMUL else s))
         for s in n.src:
             uses[id(s)] = uses.get(id(s), 0) + 1
     for n in reversed(order):                 # consumers before producers
