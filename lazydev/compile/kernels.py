@@ -654,12 +654,14 @@ def _gemm_operand(e: Emitter, s: Node):
     stored, trans, view = gemm_operand(s, e.ptrs)
     if id(stored) not in e.ptrs:
         raise CodegenUnsupported("matmul operand was not scheduled into a buffer")
-    if view is None:
+    if view is None:            # the stored node's own bytes: its matrices one after another
         rows, cols = s.shape[-2], s.shape[-1]
-        one = _prod(s.shape[:-2]) == 1          # broadcast over the batch
-        return e.ptr(stored), int(trans), rows if trans else cols, (1, 0 if one else rows * cols, 0)
-    offset, ld, batch = view
-    ptr = f"({e.ptr(stored)} + {offset})" if offset else e.ptr(stored)
+        count = _prod(s.shape[:-2])
+        ptr, ld = e.ptr(stored), rows if trans else cols
+        batch = ((count, rows * cols),) if count > 1 else ()
+    else:
+        offset, ld, batch = view
+        ptr = f"({e.ptr(stored)} + {offset})" if offset else e.ptr(stored)
     if len(batch) < 2:          # one level, or none: broadcast over the batch
         return ptr, int(trans), ld, (1, batch[0][1] if batch else 0, 0)
     (_, outer), (heads, inner) = batch
