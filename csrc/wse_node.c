@@ -34,7 +34,7 @@ typedef struct {
 } NodeObject;
 
 static PyTypeObject* g_node_type = NULL;
-static Py_ssize_t g_live = 0;   /* nodes alive: the leak test's witness (tests/test_trace.py) */
+static Py_ssize_t g_live = 0;   /* nodes alive: the leak tests' witness (tests/test_ir.py) */
 
 static void node_dealloc(PyObject* self) {
   NodeObject* n = (NodeObject*)self;

@@ -1,10 +1,14 @@
 """Shared test helpers: the per-dtype tolerance table and CPU/wse comparison."""
 import os
+import pathlib
+import subprocess
 
 import pytest
 import torch
 
 import lazydev
+import lazydev.runtime as rt
+from lazydev.runtime import Program
 
 # Per-dtype tolerances (atol, rtol), one table for all tests and the coverage report;
 # integers and bools are compared exactly.
@@ -64,3 +68,51 @@ def fresh_cache(tmp_path):
     lazydev.config(cache_dir=str(tmp_path / "cache"))
     yield
     lazydev.config(cache_dir=old)
+
+
+# ---- hand-written C programs (tests/test_runtime.py, test_pausing.py, test_queue.py): they
+# paste prefix_source() as the compiler does, and each is compiled once per module.
+
+CFLAGS = ["-O2", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror"]
+
+
+def build_program(directory, name, body) -> Program:
+    src = pathlib.Path(directory) / f"{name}.c"
+    so = pathlib.Path(directory) / f"{name}.so"
+    src.write_text(rt.prefix_source() + "\n" + body)
+    res = subprocess.run(["gcc", *CFLAGS, "-o", str(so), str(src)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return Program(str(so))
+
+
+@pytest.fixture(scope="module")
+def cdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("wse_programs")
+
+
+GEMM_C = r"""
+int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t* errinfo,
+              int32_t* next, const volatile int32_t* stop) {
+  (void)errinfo;
+  int64_t b = s[1], ta = s[2], tb = s[3], M = s[4], N = s[5], K = s[6];
+  int64_t lda = s[8], sa = s[9], ldb = s[10], sb = s[11], ldc = s[13], sc = s[14];
+  if (s[0] == 32)
+    lib->gemm_f32(b, ta, tb, M, N, K, (float)s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
+                  (float)s[12], bufs[2], ldc, sc);
+  else
+    lib->gemm_f64(b, ta, tb, M, N, K, s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
+                  s[12], bufs[2], ldc, sc);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gemm_prog(cdir):
+    return build_program(cdir, "gemm", GEMM_C)
+
+
+def padded_operand(batch, rows, cols, pad, dtype):
+    """A (batch, rows, cols) operand stored with leading dimension cols + pad."""
+    store = torch.randn(batch, rows, cols + pad, dtype=dtype)
+    return store, store[..., :cols]
