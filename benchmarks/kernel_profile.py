@@ -34,7 +34,7 @@ from workloads import WORKLOADS  # noqa: E402
 
 CALL = "    int rc = kernel_fns[call_kernel[c]](lib, P, S, errinfo);"
 ENTRY = "int wse_entry("
-GEMM = re.compile(r"lib->gemm_f(?:32|64)(?:_sliced)?\((\d+), \d, \d, (\d+), (\d+), (\d+),")
+GEMM = re.compile(r"lib->gemm_(?:f32|f64|bf16)(?:_sliced)?\((\d+), \d, \d, (\d+), (\d+), (\d+),")
 KERNEL = re.compile(r"/\* (.*?) \*/\nWSE_KERNEL int k(\d+)\(")
 HEAD = re.compile(r"Node\((\w+), (\w+\[[^\]]*\])[^)]*\)( and \d+ more)?")
 

@@ -148,6 +148,43 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
    0.8 ms). With `heads` = {Ha, inner stride of A, Hb, inner stride of B}, A's matrix of
    product b starts at (b / Ha) * stride_a + (b % Ha) * its inner stride, likewise B's, and the
    GEMM reads the views in place (lazydev/compile/passes.py, gemm_operand). */
+/* gemm_tile_NAME and gemm_tiles_NAME: tile t, and tiles [t0, t1), of a plan, each tile one
+   call of ONE (the BLAS product of WSE_DEFINE_GEMM, or the bfloat16 one). */
+#define WSE_DEFINE_TILES(NAME, T, ONE)                                                     \
+  static void gemm_tile_##NAME(const gemm_tiles_t* tl, int64_t t, int ta, int tb, int64_t M, \
+                              int64_t N, int64_t K, T alpha, const T* A, int64_t lda,      \
+                              int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta,     \
+                              T* C, int64_t ldc, int64_t sc, const int64_t* hb) {          \
+    int64_t b = t / (tl->mp * tl->np), im = t / tl->np % tl->mp, jn = t % tl->np;          \
+    int64_t i0 = M * im / tl->mp, i1 = M * (im + 1) / tl->mp;                              \
+    int64_t j0 = N * jn / tl->np, j1 = N * (jn + 1) / tl->np;                              \
+    int64_t oa = b * sa, ob = b * sb;                                                      \
+    if (hb) { /* Note [Two-level batches] */                                               \
+      oa = b / hb[0] * sa + b % hb[0] * hb[1];                                             \
+      ob = b / hb[2] * sb + b % hb[2] * hb[3];                                             \
+    }                                                                                      \
+    ONE(ta, tb, i1 - i0, j1 - j0, K, alpha, A + oa + (ta ? i0 : i0 * lda), lda,            \
+        B + ob + (tb ? j0 * ldb : j0), ldb, beta, C + b * sc + i0 * ldc + j0, ldc);        \
+  }                                                                                        \
+  /* Tiles [t0, t1) of the plan `tl`, forked when it says so. No inactive `parallel if (0)`  \
+     region around unforked calls: a threaded BLAS called inside one starts a nested team   \
+     each time (MKL ran 3-5x slower). */                                                   \
+  static void gemm_tiles_##NAME(const gemm_tiles_t* tl, int64_t t0, int64_t t1, int ta,      \
+                               int tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, \
+                               int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, \
+                               T beta, T* C, int64_t ldc, int64_t sc, const int64_t* hb) { \
+    if (!tl->fork || t1 - t0 < 2) {                                                        \
+      for (int64_t t = t0; t < t1; t++)                                                    \
+        gemm_tile_##NAME(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,   \
+                        ldc, sc, hb);                                                      \
+      return;                                                                              \
+    }                                                                                      \
+    _Pragma("omp parallel for schedule(static)")                                           \
+    for (int64_t t = t0; t < t1; t++)                                                      \
+      gemm_tile_##NAME(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, \
+                      sc, hb);                                                             \
+  }
+
 /* One templated body for f32/f64: reference loop (no BLAS, huge or odd
    strides) and the batched driver.  beta == 0 means C is write-only, as in
    BLAS, so NaN garbage in uninitialised outputs never leaks through. */
@@ -179,40 +216,7 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
     else                                                                                   \
       gemm_ref_##SUF(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                \
   }                                                                                        \
-  static void gemm_tile_##SUF(const gemm_tiles_t* tl, int64_t t, int ta, int tb, int64_t M, \
-                              int64_t N, int64_t K, T alpha, const T* A, int64_t lda,      \
-                              int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta,     \
-                              T* C, int64_t ldc, int64_t sc, const int64_t* hb) {          \
-    int64_t b = t / (tl->mp * tl->np), im = t / tl->np % tl->mp, jn = t % tl->np;          \
-    int64_t i0 = M * im / tl->mp, i1 = M * (im + 1) / tl->mp;                              \
-    int64_t j0 = N * jn / tl->np, j1 = N * (jn + 1) / tl->np;                              \
-    int64_t oa = b * sa, ob = b * sb;                                                      \
-    if (hb) { /* Note [Two-level batches] */                                               \
-      oa = b / hb[0] * sa + b % hb[0] * hb[1];                                             \
-      ob = b / hb[2] * sb + b % hb[2] * hb[3];                                             \
-    }                                                                                      \
-    gemm_one_##SUF(ta, tb, i1 - i0, j1 - j0, K, alpha, A + oa + (ta ? i0 : i0 * lda),      \
-                   lda, B + ob + (tb ? j0 * ldb : j0), ldb, beta,                          \
-                   C + b * sc + i0 * ldc + j0, ldc);                                       \
-  }                                                                                        \
-  /* Tiles [t0, t1) of the plan `tl`, forked when it says so. No inactive `parallel if (0)`  \
-     region around unforked calls: a threaded BLAS called inside one starts a nested team   \
-     each time (MKL ran 3-5x slower). */                                                   \
-  static void gemm_tiles_##SUF(const gemm_tiles_t* tl, int64_t t0, int64_t t1, int ta,      \
-                               int tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, \
-                               int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, \
-                               T beta, T* C, int64_t ldc, int64_t sc, const int64_t* hb) { \
-    if (!tl->fork || t1 - t0 < 2) {                                                        \
-      for (int64_t t = t0; t < t1; t++)                                                    \
-        gemm_tile_##SUF(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,   \
-                        ldc, sc, hb);                                                      \
-      return;                                                                              \
-    }                                                                                      \
-    _Pragma("omp parallel for schedule(static)")                                           \
-    for (int64_t t = t0; t < t1; t++)                                                      \
-      gemm_tile_##SUF(tl, t, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, \
-                      sc, hb);                                                             \
-  }                                                                                        \
+  WSE_DEFINE_TILES(SUF, T, gemm_one_##SUF)                                                 \
   static void gemm_##SUF(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,   \
                          T alpha, const T* A, int64_t lda, int64_t sa, const T* B,         \
                          int64_t ldb, int64_t sb, T beta, T* C, int64_t ldc, int64_t sc) { \
@@ -227,6 +231,22 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
 
 WSE_DEFINE_GEMM(f32, float, g_sgemm, g_fsgemm)
 WSE_DEFINE_GEMM(f64, double, g_dgemm, g_fdgemm)
+
+/* A float product of bfloat16 values by the CPU's bfloat16 dot products (Note [BF16 GEMM] in
+   wse_gemm_bf16.c) where they apply: OpenBLAS in tiles (a team BLAS, torch's MKL, gets whole
+   products and forks for them; this kernel runs on one thread), the template's alpha 1 and
+   beta 0, a tile big enough to fill its registers; else the float product. Which one runs
+   depends on the tile's shape alone, so the bits still follow no thread. */
+static void gemm_one_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                          float* C, int64_t ldc) {
+  if (!g_fsgemm && alpha == 1.0f && beta == 0.0f && M >= 16 && N >= 16 && K >= 32 &&
+      wse_gemm_bf16_one(ta, tb, M, N, K, A, lda, B, ldb, C, ldc))
+    return;
+  gemm_one_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+WSE_DEFINE_TILES(bf16, float, gemm_one_bf16)
 
 /* Note [Sliced GEMM]
    A GEMM is most of a training step's program, and the queue's worker, which runs programs on
@@ -285,6 +305,7 @@ void wse_kernels_set_run(volatile int32_t* stop) { tls_stop = stop; }
 
 WSE_DEFINE_SLICED_GEMM(f32, float)
 WSE_DEFINE_SLICED_GEMM(f64, double)
+WSE_DEFINE_SLICED_GEMM(bf16, float)
 
 /* One row-major float product, tiled over the team as any other (Note [Fixed tiles]): the
    convolutions' GEMMs (wse_conv.c). */
@@ -298,6 +319,7 @@ const wse_lib_t wse_kernels_lib = {
     .gemm_f64 = gemm_f64,
     .gemm_f32_sliced = gemm_f32_sliced,
     .gemm_f64_sliced = gemm_f64_sliced,
+    .gemm_bf16_sliced = gemm_bf16_sliced,
     .conv2d_f32 = wse_conv2d_f32,
     .conv2d_bwd_input_f32 = wse_conv2d_bwd_input_f32,
     .conv2d_bwd_weight_f32 = wse_conv2d_bwd_weight_f32,

@@ -22,6 +22,12 @@ int wse_can_fork(int64_t work);
 void wse_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+/* wse_gemm_bf16.c (Note [BF16 GEMM]): whether the CPU's bfloat16 dot products serve, and one
+   thread's C = op(A) op(B) of float operands holding bfloat16 values; 0 when it declines. */
+int wse_bf16_gemm_ready(void);
+int wse_gemm_bf16_one(int ta, int tb, int64_t M, int64_t N, int64_t K, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc);
+
 /* wse_conv.c: the wse_lib_t entries (their contract is in wse_prefix.h). */
 int wse_conv2d_f32(const float* x, const float* w, float* y, const int64_t* p,
                    int64_t* errinfo);

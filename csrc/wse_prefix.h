@@ -64,6 +64,10 @@ typedef struct wse_lib {
      WSE_ERR_NO_MEMORY when its scratch could not be allocated. */
   int (*argsort)(const void* x, int dt, int64_t outer, int64_t n, int64_t inner,
                  int descending, int64_t* idx, int64_t* errinfo);
+  /* gemm_f32_sliced for operands that hold bfloat16 values (casts of bfloat16 tensors): the
+     CPU's bfloat16 dot products where it has them, summing in float (Note [BF16 GEMM] in
+     csrc/wse_gemm_bf16.c); the float product elsewhere. */
+  int (*gemm_bf16_sliced)(WSE_GEMM_PARAMS(float), int64_t max_tile, const int64_t* heads);
 } wse_lib_t;
 
 /* dtype codes of library kernels that take any dtype (lib->argsort). */

@@ -99,6 +99,9 @@ int wse_entry(const wse_lib_t* lib, void* const* bufs, const double* s, int64_t*
   if (s[0] == 32)
     lib->gemm_f32(b, ta, tb, M, N, K, (float)s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
                   (float)s[12], bufs[2], ldc, sc);
+  else if (s[0] == 16)      /* float operands holding bfloat16 values */
+    lib->gemm_bf16_sliced(b, ta, tb, M, N, K, (float)s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
+                          (float)s[12], bufs[2], ldc, sc, 0, NULL);
   else
     lib->gemm_f64(b, ta, tb, M, N, K, s[7], bufs[0], lda, sa, bufs[1], ldb, sb,
                   s[12], bufs[2], ldc, sc);

@@ -593,6 +593,8 @@ def test_an_autocast_gemm_casts_its_operands_as_they_lie_and_reads_them_transpos
     assert sorted(set(casts)) == [("16", "48"), ("16", "64"), ("64", "48")]   # x, dy, w
     assert casts.count(("64", "48")) == 1
     assert ", 1, 0, " in code and ", 0, 1, " in code       # dW reads dy^T, y reads w^T
+    # bfloat16 values in float buffers: the CPU's bfloat16 dot products (Note [BF16 GEMM])
+    assert code.count("lib->gemm_bf16_sliced(") == 3 and "lib->gemm_f32" not in code
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

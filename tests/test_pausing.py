@@ -238,6 +238,7 @@ def _gemm_step(a, b):
     (_sum_step, [(1 << 20,)], torch.float64),           # float32 sums accumulate in double
     (_conv_step, [(8, 64, 14, 14), (32, 64, 3, 3)], torch.float32),   # im2col + GEMM path
     (_gemm_step, [(128, 784), (784, 1024)], torch.float32),    # two tiles on two threads
+    (_gemm_step, [(128, 784), (784, 1024)], torch.bfloat16),   # Note [BF16 GEMM]
 ])
 def test_a_step_has_the_same_bits_whoever_runs_it(monkeypatch, step, shapes, dtype):
     """Note [Fixed sums] (compile/kernels.py), Note [Fixed tiles] (csrc/wse_kernels.c): how a

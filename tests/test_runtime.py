@@ -227,15 +227,21 @@ def test_prefix_source_is_embedded():
 
 
 
-def run_gemm(prog, dtype, batch, ta, tb, M, N, K, alpha=1.0, beta=0.0, pad=0, bcast_a=False):
+def run_gemm(prog, dtype, batch, ta, tb, M, N, K, alpha=1.0, beta=0.0, pad=0, bcast_a=False,
+             bf16=False):
+    """`bf16`: float operands holding bfloat16 values, through lib->gemm_bf16_sliced."""
     a_store, a = padded_operand(1 if bcast_a else batch, K if ta else M, M if ta else K, pad, dtype)
     b_store, bm = padded_operand(batch, N if tb else K, K if tb else N, pad, dtype)
     c_store, c0 = padded_operand(batch, M, N, pad, dtype)
+    if bf16:
+        for x in (a_store, b_store):
+            x.copy_(x.bfloat16())
     if beta == 0:
         c_store.fill_(float("nan"))  # beta == 0 must not read C (BLAS semantics)
     bufs = [Buffer.from_tensor(x) for x in (a_store, b_store, c_store)]
     sa = 0 if bcast_a else a_store[0].numel()
-    prog.run(bufs, [32 if dtype == torch.float32 else 64, batch, ta, tb, M, N, K, alpha,
+    code = 16 if bf16 else 32 if dtype == torch.float32 else 64
+    prog.run(bufs, [code, batch, ta, tb, M, N, K, alpha,
                     a_store.shape[-1], sa, b_store.shape[-1], b_store[0].numel(), beta,
                     c_store.shape[-1], c_store[0].numel()])
     got = bufs[2].to_tensor(dtype, c_store.shape)[..., :N]
@@ -256,6 +262,22 @@ def test_gemm_transposes(gemm_prog, dtype, ta, tb):
                                 (1, 100, 61, 50, 0), (1, 37, 130, 64, 2)]:
         got, want = run_gemm(gemm_prog, dtype, batch, ta, tb, M, N, K, pad=pad)
         torch.testing.assert_close(got, want, **tol)
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_of_bfloat16_values_is_their_float_product(gemm_prog, ta, tb):
+    """Note [BF16 GEMM] in csrc/wse_gemm_bf16.c: float operands holding bfloat16 values,
+    multiplied by the CPU's bfloat16 dot products where it has them (else by the float
+    product), give the float64 product of the same values to float rounding: past every
+    blocking edge (MC 120 rows, NC 1024 columns, KC 256 deep), at odd depths, 12-row and
+    32-column remainders, batched and padded, and at the shapes too small for it."""
+    from _lazydev_wse import lib
+    print(f"bfloat16 dot products here: {bool(lib.wse_bf16_gemm_ready())}")
+    for batch, M, N, K, pad in [(2, 37, 45, 67, 3), (1, 130, 1100, 301, 0), (3, 16, 16, 32, 1),
+                                (1, 128, 1024, 784, 0), (2, 5, 7, 9, 0)]:
+        got, want = run_gemm(gemm_prog, torch.float32, batch, ta, tb, M, N, K, pad=pad,
+                             bf16=True)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)

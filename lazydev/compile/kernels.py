@@ -668,6 +668,12 @@ def _gemm_operand(e: Emitter, s: Node):
     return ptr, int(trans), ld, (heads, outer, inner)
 
 
+def _holds_bf16(stored: Node) -> bool:
+    """Whether a float GEMM operand's buffer holds bfloat16 values: a cast of a bfloat16 node
+    (autocast's products, trace/lower.py matmul), exact in float and back."""
+    return stored.op is Op.CAST and stored.src[0].dtype is torch.bfloat16
+
+
 def matmul(e: Emitter, n: Node) -> None:
     a, b = n.src
     m, k, nn = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -676,6 +682,8 @@ def matmul(e: Emitter, n: Node) -> None:
     pb, tb, ldb, (hb, sb, ib) = _gemm_operand(e, b)
     out = e.ptr(n)
     fn = "gemm_f64" if n.dtype.itemsize == 8 else "gemm_f32"
+    if fn == "gemm_f32" and all(_holds_bf16(gemm_operand(s, e.ptrs)[0]) for s in n.src):
+        fn = "gemm_bf16"        # Note [BF16 GEMM] in csrc/wse_gemm_bf16.c
     heads = "0"
     if ha > 1 or hb > 1:
         e.b.line(f"static const int64_t hb[4] = {{{ha}, {ia}, {hb}, {ib}}};")

@@ -48,6 +48,7 @@ const char* wse_autocast_source(void);
 void    wse_warmup(void);
 void    wse_serial_thread(void);
 int     wse_release_team(void);
+int     wse_bf16_gemm_ready(void);
 """
 
 
@@ -115,7 +116,7 @@ ffibuilder.set_source(
     "_lazydev_wse",
     SOURCE,
     sources=[os.path.join(_CSRC, n) for n in ("wse_runtime.c", "wse_kernels.c", "wse_conv.c",
-                                              "wse_linalg.c", "wse_sort.c")],
+                                              "wse_gemm_bf16.c", "wse_linalg.c", "wse_sort.c")],
     include_dirs=[_CSRC],
     depends=[os.path.join(_CSRC, n) for n in ("wse_runtime.h", "wse_kernels.h", "wse_prefix.h",
                                               "wse_special.h", "wse_special_t.h", "wse_hooks.cpp",
