@@ -148,6 +148,7 @@ static gemm_tiles_t plan_gemm(int64_t batch, int64_t M, int64_t N, int64_t K,
    0.8 ms). With `heads` = {Ha, inner stride of A, Hb, inner stride of B}, A's matrix of
    product b starts at (b / Ha) * stride_a + (b % Ha) * its inner stride, likewise B's, and the
    GEMM reads the views in place (lazydev/compile/passes.py, gemm_operand). */
+
 /* gemm_tile_NAME and gemm_tiles_NAME: tile t, and tiles [t0, t1), of a plan, each tile one
    call of ONE (the BLAS product of WSE_DEFINE_GEMM, or the bfloat16 one). */
 #define WSE_DEFINE_TILES(NAME, T, ONE)                                                     \

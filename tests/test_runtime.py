@@ -587,7 +587,8 @@ def test_float_div_helpers_match_torch(helpers):
     b = torch.cat([torch.randn(2000, generator=g, dtype=torch.float64) * 10,
                    torch.tensor([3.0, 3.0, float("inf"), float("inf"), -3.0, 3.0, 2.0, 0.0])])
     exact = dict(rtol=0, atol=0, equal_nan=True)
-    torch.testing.assert_close(helpers(6, a, b, out_dtype=torch.float64), torch.remainder(a, b), **exact)
+    torch.testing.assert_close(helpers(6, a, b, out_dtype=torch.float64), torch.remainder(a, b),
+                               **exact)
     torch.testing.assert_close(helpers(7, a, b, out_dtype=torch.float64),
                                torch.div(a, b, rounding_mode="floor"), **exact)
     torch.testing.assert_close(helpers(8, a, b, out_dtype=torch.float64), torch.fmod(a, b), **exact)
