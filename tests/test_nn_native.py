@@ -291,3 +291,28 @@ def test_embedding_max_norm_index_errors_are_the_cpus(idx):
                         max_norm=1.0).cpu()
         errors.append(str(e.value))
     assert errors[1] == errors[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_half_precision_softmax_is_lowered_in_float_and_rounded_once(monkeypatch, dtype, log):
+    """Note [Half-precision softmax] in trace/lower_nn.py: softmax and log_softmax of float16 and
+    bfloat16, and their backward ops, are lowered (computed in float, rounded once), not left to
+    torch's decompositions, which dispatched a dozen ops each call. Each op on the same inputs
+    as the CPU's (a last-bit difference in a forward output grows in a backward that cancels),
+    values as there, nothing on the CPU fallback."""
+    from torch._decomp import decomposition_table
+    aten = torch.ops.aten
+    fwd, bwd = ((aten._log_softmax.default, aten._log_softmax_backward_data.default) if log
+                else (aten._softmax.default, aten._softmax_backward_data.default))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("decomposed")
+    for op in (fwd, bwd):
+        monkeypatch.setitem(decomposition_table, op, refused)
+    g = torch.Generator().manual_seed(0)
+    x, grad = (torch.randn(64, 37, generator=g).to(dtype) for _ in range(2))
+    out = fwd(x, 1, False)
+    assert_same(fwd(x.to("wse"), 1, False), out)
+    assert_same(bwd(grad.to("wse"), out.to("wse"), 1, dtype), bwd(grad, out, 1, dtype))
+    assert fallbacks() == {}
