@@ -296,7 +296,7 @@ def test_embedding_max_norm_index_errors_are_the_cpus(idx):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 def test_half_precision_softmax_is_lowered_in_float_and_rounded_once(monkeypatch, dtype, log):
-    """Note [Half-precision softmax] in trace/lower_nn.py: softmax and log_softmax of float16 and
+    """Note [Half-precision in float] in trace/lower_nn.py: softmax and log_softmax of float16 and
     bfloat16, and their backward ops, are lowered (computed in float, rounded once), not left to
     torch's decompositions, which dispatched a dozen ops each call. Each op on the same inputs
     as the CPU's (a last-bit difference in a forward output grows in a backward that cancels),
@@ -315,4 +315,28 @@ def test_half_precision_softmax_is_lowered_in_float_and_rounded_once(monkeypatch
     out = fwd(x, 1, False)
     assert_same(fwd(x.to("wse"), 1, False), out)
     assert_same(bwd(grad.to("wse"), out.to("wse"), 1, dtype), bwd(grad, out, 1, dtype))
+    assert fallbacks() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_half_precision_gelu_is_lowered_in_float_and_rounded_once(monkeypatch, dtype,
+                                                                  approximate):
+    """Note [Half-precision in float]: GELU of float16 and bfloat16 and its backward (the exact
+    one; tanh's backward stays with the decomposition) are lowered, not decomposed; each on the
+    CPU's inputs, values as there, nothing on the CPU fallback."""
+    from torch._decomp import decomposition_table
+    aten = torch.ops.aten
+
+    def refused(*args, **kwargs):
+        raise AssertionError("decomposed")
+    monkeypatch.setitem(decomposition_table, aten.gelu.default, refused)
+    if approximate == "none":
+        monkeypatch.setitem(decomposition_table, aten.gelu_backward.default, refused)
+    g = torch.Generator().manual_seed(0)
+    x, grad = ((torch.randn(64, 37, generator=g) * 3).to(dtype) for _ in range(2))
+    assert_same(aten.gelu(x.to("wse"), approximate=approximate),
+                aten.gelu(x, approximate=approximate))
+    assert_same(aten.gelu_backward(grad.to("wse"), x.to("wse"), approximate=approximate),
+                aten.gelu_backward(grad, x, approximate=approximate))
     assert fallbacks() == {}

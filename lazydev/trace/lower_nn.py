@@ -42,21 +42,22 @@ def _k(value, like: Node) -> Node:
 
 
 def _wide(x: Node, dtype) -> Node:
-    """x in the dtype ATen's softmax kernels compute `dtype` in (opmath: float for float16 and
+    """x in the dtype ATen's kernels compute `dtype` in (opmath: float for float16 and
     bfloat16, which they convert, compute in float and round once at the end)."""
     if not dtype.is_floating_point:
-        raise Unsupported(f"softmax of {dtype}")
+        raise Unsupported(f"{dtype}: a floating-point op")
     return cast(x, opmath(dtype))
 
 
-# Note [Half-precision softmax]
+# Note [Half-precision in float]
 # The four softmax ops of a half-precision step (autocast's cross-entropy of a bfloat16 logit)
-# were left to torch's decompositions: a dozen aten ops dispatched through Python per call, 400 us
-# each in the mixed-precision MLP's step. They are lowered here in float and rounded once, as
-# ATen's vectorised kernels compute them. Against the CPU, on 512 x 37 randn: softmax and both
-# backward ops agree to the bit but for 0-3 elements of 18944 (the decompositions: as many or
-# more); log_softmax differs in the last bit of the same 16% of elements as the decomposition
-# did, as float32's lowering does in 13%.
+# and GELU's two were left to torch's decompositions: a dozen aten ops dispatched through Python
+# per call, 400 us each in the mixed-precision MLP's step and 330 us each of GELU's in a bfloat16
+# transformer's. They are lowered in float and rounded once, as ATen's vectorised kernels compute
+# them and as the decompositions do. Against the CPU, bit for bit: softmax and the two softmax
+# backward ops differ in 0-3 elements of 18944 (512 x 37 randn; the decompositions in as many or
+# more), log_softmax in the last bit of the same 16% as the decomposition (float32's lowering:
+# 13%), GELU and its backward in the same elements as the decompositions (0.2-4% of 4096).
 @register(aten._log_softmax.default)
 def _log_softmax(spec, x, dim, half_to_float):
     x = _wide(x, spec.dtype)
@@ -206,27 +207,28 @@ _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
 @register(aten.gelu.default)
 def _gelu(spec, x, approximate="none"):
-    x = _float(x, spec.dtype)
+    x = _wide(x, spec.dtype)        # Note [Half-precision in float]
     half = _k(0.5, x)
     if approximate == "tanh":
         cube = _bin(Op.MUL, _bin(Op.MUL, x, x), x)
         inner = _bin(Op.MUL, _k(math.sqrt(2 / math.pi), x),
                      _bin(Op.ADD, x, _bin(Op.MUL, _k(0.044715, x), cube)))
-        return _bin(Op.MUL, _bin(Op.MUL, half, x), _bin(Op.ADD, _k(1, x), _un(Op.TANH, inner)))
+        out = _bin(Op.MUL, _bin(Op.MUL, half, x), _bin(Op.ADD, _k(1, x), _un(Op.TANH, inner)))
+        return cast(out, spec.dtype)
     cdf = _bin(Op.MUL, half, _bin(Op.ADD, _k(1, x), _un(Op.ERF, _bin(Op.MUL, x, _k(_SQRT1_2, x)))))
-    return _bin(Op.MUL, x, cdf)
+    return cast(_bin(Op.MUL, x, cdf), spec.dtype)
 
 
 @register(aten.gelu_backward.default)
 def _gelu_backward(spec, grad, x, approximate="none"):
     if approximate != "none":
         raise Unsupported("tanh gelu backward: decomposition")
-    grad, x = _float(grad, spec.dtype), _float(x, spec.dtype)
+    grad, x = _wide(grad, spec.dtype), _wide(x, spec.dtype)
     cdf = _bin(Op.MUL, _k(0.5, x),
                _bin(Op.ADD, _k(1, x), _un(Op.ERF, _bin(Op.MUL, x, _k(_SQRT1_2, x)))))
     pdf = _bin(Op.MUL, _un(Op.EXP, _bin(Op.MUL, _k(-0.5, x), _bin(Op.MUL, x, x))),
                _k(_INV_SQRT_2PI, x))
-    return _bin(Op.MUL, grad, _bin(Op.ADD, cdf, _bin(Op.MUL, x, pdf)))
+    return cast(_bin(Op.MUL, grad, _bin(Op.ADD, cdf, _bin(Op.MUL, x, pdf))), spec.dtype)
 
 
 def _addc_lowering(op: Op):
