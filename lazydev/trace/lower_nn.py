@@ -141,7 +141,8 @@ def _nll_loss_backward(spec, grad, x, target, weight, reduction, ignore_index, t
 @register(aten.threshold_backward.default)
 def _threshold_backward(spec, grad, x, threshold):
     below = ew(Op.LE, torch.bool, spec.shape, x, as_node(threshold, x.dtype))
-    return ew(Op.WHERE, spec.dtype, spec.shape, below, as_node(0, spec.dtype), cast(grad, spec.dtype))
+    return ew(Op.WHERE, spec.dtype, spec.shape, below, as_node(0, spec.dtype),
+              cast(grad, spec.dtype))
 
 
 def _norm_axes(x, normalized_shape):
