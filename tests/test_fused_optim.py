@@ -195,3 +195,23 @@ def test_a_grad_scaler_loop_with_a_fused_optimizer_runs_without_a_sync(make_opt)
     assert not any(k.startswith("sync_") for k in counters), counters
     assert counters["fallbacks"] == {}
 
+
+def test_stack_and_rsub_are_lowered_not_decomposed(monkeypatch):
+    """Fused AdamW's bias corrections, `1 - beta ** step` over the stacked step counts
+    (tensor/optim.py): stack is one CAT of its inputs and rsub one subtraction, where their
+    decompositions dispatched an op per input and three a call. Values as on the CPU."""
+    from torch._decomp import decomposition_table
+    aten = torch.ops.aten
+
+    def refused(*args, **kwargs):
+        raise AssertionError("decomposed")
+    for op in (aten.stack.default, aten.rsub.Scalar, aten.rsub.Tensor):
+        monkeypatch.setitem(decomposition_table, op, refused)
+    steps = [torch.tensor(float(i)) for i in range(1, 7)]
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    dev_steps = [s.to("wse") for s in steps]
+    assert_same(1 - torch.pow(0.9, torch.stack(dev_steps)), 1 - torch.pow(0.9, torch.stack(steps)))
+    assert_same(torch.stack([a.to("wse"), b.to("wse")], -1), torch.stack([a, b], -1))
+    assert_same(torch.rsub(a.to("wse"), b.to("wse"), alpha=2), torch.rsub(a, b, alpha=2))
+    assert_same(torch.rsub(torch.arange(5).to("wse"), 2), torch.rsub(torch.arange(5), 2))
+    _no_fallbacks()
