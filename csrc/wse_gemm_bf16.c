@@ -101,21 +101,15 @@ static void pack_across(const float* x, int64_t ld, int64_t cols, int64_t kc, in
   }
 }
 
-static void pack_a(int ta, const float* a, int64_t lda, int64_t mc, int64_t kc, uint32_t* ap) {
+/* n rows (along: k runs along memory) or columns (across: k runs across rows) of x, in panels
+   of `width`, each kc deep. A packs along untransposed, B transposed. */
+static void pack(int along, const float* x, int64_t ld, int64_t n, int64_t kc, int64_t width,
+                 uint32_t* out) {
   const int64_t k2n = (kc + 1) / 2;
-  for (int64_t i = 0; i < mc; i += MR, ap += MR * k2n) {
-    const int64_t rows = mc - i < MR ? mc - i : MR;
-    if (ta) pack_across(a + i, lda, rows, kc, MR, ap, MR);
-    else pack_along(a + i * lda, lda, rows, kc, MR, ap, MR);
-  }
-}
-
-static void pack_b(int tb, const float* b, int64_t ldb, int64_t kc, int64_t nc, uint32_t* bp) {
-  const int64_t k2n = (kc + 1) / 2;
-  for (int64_t j = 0; j < nc; j += NR, bp += NR * k2n) {
-    const int64_t cols = nc - j < NR ? nc - j : NR;
-    if (tb) pack_along(b + j * ldb, ldb, cols, kc, NR, bp, NR);
-    else pack_across(b + j, ldb, cols, kc, NR, bp, NR);
+  for (int64_t i = 0; i < n; i += width, out += width * k2n) {
+    const int64_t count = n - i < width ? n - i : width;
+    if (along) pack_along(x + i * ld, ld, count, kc, width, out, width);
+    else pack_across(x + i, ld, count, kc, width, out, width);
   }
 }
 
@@ -181,10 +175,10 @@ int wse_gemm_bf16_one(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
     const int64_t nc = N - jc < NC ? N - jc : NC;
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = K - pc < KC ? K - pc : KC, k2n = (kc + 1) / 2;
-      pack_b(tb, tb ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, kc, nc, bp);
+      pack(tb, tb ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, nc, kc, NR, bp);
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = M - ic < MC ? M - ic : MC;
-        pack_a(ta, ta ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, ap);
+        pack(!ta, ta ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, MR, ap);
         for (int64_t jr = 0; jr < nc; jr += NR)
           for (int64_t ir = 0; ir < mc; ir += MR)
             micro(k2n, ap + ir * k2n, bp + jr * k2n, C + (ic + ir) * ldc + jc + jr, ldc,

@@ -22,9 +22,8 @@ int wse_can_fork(int64_t work);
 void wse_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-/* wse_gemm_bf16.c (Note [BF16 GEMM]): whether the CPU's bfloat16 dot products serve, and one
-   thread's C = op(A) op(B) of float operands holding bfloat16 values; 0 when it declines. */
-int wse_bf16_gemm_ready(void);
+/* wse_gemm_bf16.c (Note [BF16 GEMM]): one thread's C = op(A) op(B) of float operands holding
+   bfloat16 values; 0 when it declines (wse_bf16_gemm_ready, wse_runtime.h, says whether it can). */
 int wse_gemm_bf16_one(int ta, int tb, int64_t M, int64_t N, int64_t K, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc);
 

@@ -54,6 +54,7 @@ int   wse_team_blas_load(const char* path);
 void  wse_warmup(void);                 /* start the OpenMP pool and OpenBLAS buffers */
 void  wse_serial_thread(void);          /* kernels this thread runs fork no team of its own */
 int   wse_release_team(void);           /* end the calling thread's idle OpenMP team: 0 if so */
+int   wse_bf16_gemm_ready(void);        /* the CPU's bfloat16 dot products serve GEMMs: 1 if so */
 const char* wse_prefix_source(void);  /* defined by the cffi build (_build.py) */
 
 /* ---- internal: shared between wse_runtime.c and the kernels (wse_kernels.h) --- */

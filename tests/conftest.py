@@ -119,3 +119,14 @@ def padded_operand(batch, rows, cols, pad, dtype):
     """A (batch, rows, cols) operand stored with leading dimension cols + pad."""
     store = torch.randn(batch, rows, cols + pad, dtype=dtype)
     return store, store[..., :cols]
+
+
+def refuse_decompositions(monkeypatch, *ops):
+    """torch's decompositions of `ops` raise for the rest of the test: one that ran fell back to
+    the CPU, which the test's fallback check then sees (an op lowered, not decomposed)."""
+    from torch._decomp import decomposition_table
+
+    def refused(*args, **kwargs):
+        raise AssertionError("decomposed")
+    for op in ops:
+        monkeypatch.setitem(decomposition_table, op, refused)

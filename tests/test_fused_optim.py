@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import lazydev
-from conftest import assert_same
+from conftest import assert_same, refuse_decompositions
 
 LOW = (torch.float16, torch.bfloat16)
 DTYPES = [torch.float32, torch.float64, *LOW]
@@ -200,13 +200,8 @@ def test_stack_and_rsub_are_lowered_not_decomposed(monkeypatch):
     """Fused AdamW's bias corrections, `1 - beta ** step` over the stacked step counts
     (tensor/optim.py): stack is one CAT of its inputs and rsub one subtraction, where their
     decompositions dispatched an op per input and three a call. Values as on the CPU."""
-    from torch._decomp import decomposition_table
     aten = torch.ops.aten
-
-    def refused(*args, **kwargs):
-        raise AssertionError("decomposed")
-    for op in (aten.stack.default, aten.rsub.Scalar, aten.rsub.Tensor):
-        monkeypatch.setitem(decomposition_table, op, refused)
+    refuse_decompositions(monkeypatch, aten.stack.default, aten.rsub.Scalar, aten.rsub.Tensor)
     steps = [torch.tensor(float(i)) for i in range(1, 7)]
     a, b = torch.randn(3, 4), torch.randn(3, 4)
     dev_steps = [s.to("wse") for s in steps]

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import lazydev
-from conftest import assert_same
+from conftest import assert_same, refuse_decompositions
 from lazydev.tensor import vjp
 
 
@@ -301,15 +301,10 @@ def test_half_precision_softmax_is_lowered_in_float_and_rounded_once(monkeypatch
     torch's decompositions, which dispatched a dozen ops each call. Each op on the same inputs
     as the CPU's (a last-bit difference in a forward output grows in a backward that cancels),
     values as there, nothing on the CPU fallback."""
-    from torch._decomp import decomposition_table
     aten = torch.ops.aten
     fwd, bwd = ((aten._log_softmax.default, aten._log_softmax_backward_data.default) if log
                 else (aten._softmax.default, aten._softmax_backward_data.default))
-
-    def refused(*args, **kwargs):
-        raise AssertionError("decomposed")
-    for op in (fwd, bwd):
-        monkeypatch.setitem(decomposition_table, op, refused)
+    refuse_decompositions(monkeypatch, fwd, bwd)
     g = torch.Generator().manual_seed(0)
     x, grad = (torch.randn(64, 37, generator=g).to(dtype) for _ in range(2))
     out = fwd(x, 1, False)
@@ -325,14 +320,10 @@ def test_half_precision_gelu_is_lowered_in_float_and_rounded_once(monkeypatch, d
     """Note [Half-precision in float]: GELU of float16 and bfloat16 and its backward (the exact
     one; tanh's backward stays with the decomposition) are lowered, not decomposed; each on the
     CPU's inputs, values as there, nothing on the CPU fallback."""
-    from torch._decomp import decomposition_table
     aten = torch.ops.aten
-
-    def refused(*args, **kwargs):
-        raise AssertionError("decomposed")
-    monkeypatch.setitem(decomposition_table, aten.gelu.default, refused)
+    refuse_decompositions(monkeypatch, aten.gelu.default)
     if approximate == "none":
-        monkeypatch.setitem(decomposition_table, aten.gelu_backward.default, refused)
+        refuse_decompositions(monkeypatch, aten.gelu_backward.default)
     g = torch.Generator().manual_seed(0)
     x, grad = ((torch.randn(64, 37, generator=g) * 3).to(dtype) for _ in range(2))
     assert_same(aten.gelu(x.to("wse"), approximate=approximate),

@@ -647,11 +647,10 @@ def pool_argmax(e: Emitter, n: Node) -> None:
 SLICED = "_sliced"       # the library GEMMs a run can pause inside; program.py looks for it
 
 
-def _gemm_operand(e: Emitter, s: Node):
-    """(pointer, transposed, leading dimension, (H, stride, inner stride)) of GEMM operand s:
-    its matrix for product b is at (b / H) * stride + (b % H) * inner stride (Note [Two-level
-    batches] in csrc/wse_kernels.c)."""
-    stored, trans, view = gemm_operand(s, e.ptrs)
+def _gemm_operand(e: Emitter, s: Node, stored: Node, trans: bool, view):
+    """(pointer, transposed, leading dimension, (H, stride, inner stride)) of GEMM operand s,
+    stored as gemm_operand says: its matrix for product b is at (b / H) * stride + (b % H) *
+    inner stride (Note [Two-level batches] in csrc/wse_kernels.c)."""
     if id(stored) not in e.ptrs:
         raise CodegenUnsupported("matmul operand was not scheduled into a buffer")
     if view is None:            # the stored node's own bytes: its matrices one after another
@@ -678,11 +677,12 @@ def matmul(e: Emitter, n: Node) -> None:
     a, b = n.src
     m, k, nn = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = _prod(n.shape[:-2])
-    pa, ta, lda, (ha, sa, ia) = _gemm_operand(e, a)
-    pb, tb, ldb, (hb, sb, ib) = _gemm_operand(e, b)
+    found_a, found_b = gemm_operand(a, e.ptrs), gemm_operand(b, e.ptrs)
+    pa, ta, lda, (ha, sa, ia) = _gemm_operand(e, a, *found_a)
+    pb, tb, ldb, (hb, sb, ib) = _gemm_operand(e, b, *found_b)
     out = e.ptr(n)
     fn = "gemm_f64" if n.dtype.itemsize == 8 else "gemm_f32"
-    if fn == "gemm_f32" and all(_holds_bf16(gemm_operand(s, e.ptrs)[0]) for s in n.src):
+    if fn == "gemm_f32" and _holds_bf16(found_a[0]) and _holds_bf16(found_b[0]):
         fn = "gemm_bf16"        # Note [BF16 GEMM] in csrc/wse_gemm_bf16.c
     heads = "0"
     if ha > 1 or hb > 1:

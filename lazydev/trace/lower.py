@@ -194,10 +194,9 @@ def _make_add(op: Op):
     return lower
 
 
-for _ov in ("Tensor", "Scalar"):
-    register(getattr(aten.add, _ov))(_make_add(Op.ADD))
-    register(getattr(aten.sub, _ov))(_make_add(Op.SUB))
 _SUB = _make_add(Op.SUB)
+register(aten.add.Tensor, aten.add.Scalar)(_make_add(Op.ADD))
+register(aten.sub.Tensor, aten.sub.Scalar)(_SUB)
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
