@@ -69,6 +69,46 @@ def test_fused_adamw_steps_each_parameter_by_its_own_step_count():
     _no_fallbacks()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["_fused_adam_", "_fused_adamw_"])
+@pytest.mark.parametrize("options", [
+    {"amsgrad": True, "weight_decay": 0.1, "maximize": False},
+    {"amsgrad": False, "weight_decay": 0.01, "maximize": True},
+])
+@pytest.mark.parametrize("found", [None, 1.0])
+def test_fused_adam_replays_a_plan_per_parameter_with_the_foreach_bits(dtype, op, options, found,
+                                                                        monkeypatch):
+    """Note [Optimizer plans]: each parameter's update is replayed from one plan (a second step
+    makes no new one), with the bits the foreach formulation gives, a scalar parameter and
+    GradScaler's scale and overflow flag included."""
+    from lazydev.tensor import optim
+    by_plans, taken = optim._adam_by_plans, []
+    shapes, outs = [(4, 3), (), (67,)], []
+
+    def spied(*args, **kwargs):
+        taken.append(by_plans(*args, **kwargs))
+        return taken[-1]
+    for plans in (True, False):
+        monkeypatch.setattr(optim, "_adam_by_plans", spied if plans else lambda *a, **k: False)
+        g = torch.Generator().manual_seed(5)
+        ts = [[torch.randn(s, generator=g).to(dtype).to("wse") for s in shapes] for _ in range(5)]
+        ps, gs, ms, vs, vmax = ts
+        vs, vmax = [v.abs() for v in vs], [v.abs() * 1.5 for v in vmax]
+        steps = [torch.tensor(c, device="wse") for c in (7.0, 1.0, 3.0)]
+        extra = _scaling("wse", found) if found is not None else {}
+        for k in range(2):
+            made = lazydev.metrics.counters().get("replay_plans", 0)
+            getattr(torch, op)(ps, gs, ms, vs, vmax if options["amsgrad"] else [], steps,
+                               lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, **options, **extra)
+            lazydev.mark_step()
+        assert lazydev.metrics.counters().get("replay_plans", 0) == made
+        outs.append([t.cpu() for t in ps + gs + ms + vs + vmax])
+    assert taken == [True, True]
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    _no_fallbacks()
+
+
 def test_fused_adamw_takes_a_tensor_learning_rate():
     outs = []
     for device in ("cpu", "wse"):

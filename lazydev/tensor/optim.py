@@ -15,9 +15,17 @@ learn whether it overflowed.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
+from ..trace import state
+from ..trace.build import broadcast_shape, cast, opmath, reshape
+from ..trace.ir import Node, Op
+from ..trace.lower import LOWERINGS
+from . import replay
 from .vjp import decomposition
+from .wse_tensor import from_node, write
 
 aten = torch.ops.aten
 
@@ -80,6 +88,10 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, de
           found_inf=None):
     if not params:
         return
+    if _adam_by_plans(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                      decoupled, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
+                      grad_scale, found_inf):
+        return
     updates, g, x = _start(params, grads, grad_scale, found_inf, maximize,
                            0 if decoupled else weight_decay)
     if decoupled and weight_decay != 0:
@@ -100,6 +112,120 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, de
     updates.set(params, torch._foreach_add(
         x, torch._foreach_div(torch._foreach_mul(m, step_size), denom)))
     updates.apply()
+
+
+# Note [Optimizer plans]
+# Written in _foreach_ ops, a fused Adam step dispatched about fifteen of them through Python,
+# each recording an element op per parameter: `mlp_amp`'s fused AdamW (6 parameters) took 1.0 ms
+# of recording warm and 2.3 ms in its step (benchmarks/record_by_op.py), 70% of the step's
+# recording. But one parameter's update is a function of its tensors' metadata, a few flags and
+# float hyperparameters, as an op's lowering is: so it is lowered once, on placeholders, into a
+# replay plan keyed by the rule (replay.run_rule, Note [Replay plans]), and each step replays it
+# per parameter: a few CALL nodes (Note [Macro nodes]) and the writes. The bias corrections of
+# all parameters are one more plan, over the stacked step counts as in the foreach path: taken
+# per parameter, each 0-dim factor was computed inline at every element of its update loop (two
+# pow calls in double and a division: 2.5 ms for a 1024x1024 parameter against 1.1). A plan's
+# runtime scalars must come straight from its float arguments, so the floats the step derives
+# (1 - beta1, -lr, ...) are computed here, in double as the foreach path does, and passed in.
+# The rules apply the foreach path's element ops in its order through the same lowerings, so
+# the program and its bits are the same. What cannot be replayed (a tensor learning rate, step
+# counts of two dtypes, a CPU tensor among the state) takes the foreach path.
+class _Spec(NamedTuple):
+    """What an elementwise op's lowering reads of its output's metadata."""
+    shape: tuple
+    dtype: torch.dtype
+
+
+def _ew(func, dtype: torch.dtype, *args, **kwargs) -> Node:
+    """Elementwise aten op `func` on nodes and numbers, through its lowering, in `dtype`."""
+    shape = broadcast_shape(*[a.shape for a in args if isinstance(a, Node)])
+    return LOWERINGS[func](_Spec(shape, dtype), *args, **kwargs)
+
+
+def _corrections_rule(spec, steps, neg_lr, beta1, beta2):
+    """_bias_corrections on nodes, each factor as the vector of every parameter's."""
+    dt = steps[0].dtype
+    stacked = LOWERINGS[aten.stack.default](_Spec((len(steps),), dt), list(steps))
+    bc1 = _ew(aten.rsub.Scalar, dt, _ew(aten.pow.Scalar, dt, beta1, stacked), 1)
+    step_size = _ew(aten.mul.Tensor, dt, _ew(aten.reciprocal.default, dt, bc1), neg_lr)
+    bc2 = _ew(aten.rsub.Scalar, dt, _ew(aten.pow.Scalar, dt, beta2, stacked), 1)
+    return step_size, _ew(aten.sqrt.default, dt, bc2)
+
+
+def _element(vector: Node, i: int) -> Node:
+    """vector[i], as a 0-dim view of it reads (wse_tensor.value)."""
+    return Node(Op.AS_STRIDED, vector.dtype, (), (vector,), ((), i))
+
+
+def _adam_rule(spec, p, g, m, v, vmax, step_sizes, bias2_sqrts, i, grad_scale, found_inf,
+               beta2, eps, weight_decay, one_b1, one_b2, decay, decoupled, amsgrad, maximize):
+    """One parameter's step on nodes (the i-th of the call's): the new (param, exp_avg,
+    exp_avg_sq, max_exp_avg_sq, grad), each in its tensor's dtype, None where nothing is
+    written."""
+    step_size, bias2_sqrt = _element(step_sizes, i), _element(bias2_sqrts, i)
+    d = opmath(p.dtype)
+    x, gw = cast(p, d), cast(g, d)
+    if grad_scale is not None:
+        gw = _ew(aten.div.Tensor, d, gw, reshape(grad_scale, ()))
+    unscaled = gw if grad_scale is not None else None
+    if maximize:
+        gw = _ew(aten.neg.default, d, gw)
+    if weight_decay != 0 and not decoupled:
+        gw = _ew(aten.add.Tensor, d, gw, x, alpha=weight_decay)
+    if weight_decay != 0 and decoupled:
+        x = _ew(aten.mul.Scalar, d, x, decay)
+    m2 = _ew(aten.lerp.Scalar, d, cast(m, d), gw, one_b1)
+    v2 = _ew(aten.add.Tensor, d, _ew(aten.mul.Scalar, d, cast(v, d), beta2),
+             _ew(aten.mul.Tensor, d, _ew(aten.mul.Scalar, d, gw, one_b2), gw))
+    vmax2 = _ew(aten.maximum.default, d, cast(vmax, d), v2) if amsgrad else None
+    root = _ew(aten.sqrt.default, d, vmax2 if amsgrad else v2)
+    denom = _ew(aten.add.Scalar, d, _ew(aten.div.Tensor, d, root, bias2_sqrt), eps)
+    p2 = _ew(aten.add.Tensor, d, x, _ew(aten.div.Tensor, d, _ew(aten.mul.Tensor, d, m2,
+                                                                step_size), denom))
+    skip = None if found_inf is None else _ew(aten.eq.Scalar, torch.bool,
+                                              reshape(found_inf, ()), 1.0)
+    return tuple(None if new is None else _kept(old, new, skip)
+                 for old, new in ((p, p2), (m, m2), (v, v2), (vmax, vmax2), (g, unscaled)))
+
+
+def _kept(old: Node, new: Node, skip) -> Node:
+    """`new` in `old`'s dtype, or `old` where GradScaler found an overflow (`skip`)."""
+    new = cast(new, old.dtype)
+    return new if skip is None else _ew(aten.where.self, old.dtype, skip, old, new)
+
+
+def _adam_by_plans(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                   decoupled, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
+                   grad_scale, found_inf) -> bool:
+    """The step through one replay plan per parameter (Note [Optimizer plans]); False, with
+    nothing written, when some parameter's cannot be replayed."""
+    if type(lr) not in (float, int) or len({t.dtype for t in state_steps}) != 1:
+        return False
+    lr, beta1, beta2, eps, wd = (float(a) for a in (lr, beta1, beta2, eps, weight_decay))
+    factors = replay.run_rule(_corrections_rule, (list(state_steps), -lr, beta1, beta2))
+    if factors is None:
+        return False
+    step_sizes, bias2_sqrts = (from_node(f) for f in factors)
+    floats = (beta2, eps, wd, 1 - beta1, 1 - beta2, 1 - lr * wd)
+    tr = state.current()
+    tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
+    made = []
+    try:
+        for i, p in enumerate(params):
+            dsts = (p, grads[i], exp_avgs[i], exp_avg_sqs[i],
+                    max_exp_avg_sqs[i] if amsgrad else None)
+            out = replay.run_rule(_adam_rule, (*dsts, step_sizes, bias2_sqrts, i, grad_scale,
+                                               found_inf, *floats, decoupled, amsgrad, maximize))
+            if out is None:
+                return False
+            made.append((dsts, out))
+    finally:
+        tr.shared_scalars = None
+    for (p, g, m, v, vmax), (p2, m2, v2, vmax2, g2) in made:
+        for dst, new in ((g, g2), (m, m2), (v, v2), (vmax, vmax2), (p, p2)):
+            if new is not None:
+                write(dst, new)
+    return True
 
 
 @decomposition(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr)
