@@ -296,6 +296,36 @@ def test_a_replayed_call_is_not_checked_again_and_other_dtypes_are(monkeypatch):
     assert checks == [(f32, f32), (f32, f32), (f32, f64), (f32, f64), (f32, f64)]
 
 
+def test_a_convolution_with_a_plan_is_replayed_without_its_checks(monkeypatch):
+    """Note [Replayed convolutions]: the first call of a signature runs the handler's checks and
+    builds the plan; the calls after replay it unchecked, forward and backward, with the CPU's
+    values; a call of another signature that the CPU refuses still raises the CPU's error."""
+    from lazydev.tensor import conv
+    checked, refused = [], conv._refused
+    monkeypatch.setattr(conv, "_refused", lambda *a: checked.append(a[5]) or refused(*a))
+    replay.clear()
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 3, 8, 8, generator=g), torch.randn(4, 3, 3, 3, generator=g)
+    xs, ws = (t.clone().requires_grad_() for t in (x, w))
+    wx, ww = (t.to("wse").requires_grad_() for t in (x, w))
+    for _ in range(3):
+        want = torch.nn.functional.conv2d(xs, ws, padding=1)
+        got = torch.nn.functional.conv2d(wx, ww, padding=1)
+        want.sum().backward()
+        got.sum().backward()
+        assert_same(got.detach().cpu(), want.detach())
+    assert_same(wx.grad.cpu(), xs.grad)
+    assert_same(ww.grad.cpu(), ws.grad)
+    assert checked == [[1, 1]]
+    bad = torch.randn(4, 1, 3, 3)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.nn.functional.conv2d(x, bad, groups=3)
+    with pytest.raises(RuntimeError) as wse:
+        torch.nn.functional.conv2d(wx.detach(), bad.to("wse"), groups=3)
+    assert str(wse.value) == str(cpu.value)
+    lazydev.mark_step()
+
+
 def _signature(*args, **kwargs):
     tensors, floats = [], []
     key = replay.signature(aten.add.Tensor, args, kwargs, tensors, floats)

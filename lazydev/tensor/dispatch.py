@@ -137,7 +137,8 @@ def _choose(func):
     chosen = _choose_handler(func)
     inner = guards.guarded(func, chosen, lowered=chosen is lowered_op)
     handler = dtypes.checked(func, inner)
-    if inner is lowered_op and dtypes.by_dtypes(func):
+    if (inner is lowered_op or getattr(SPECIAL.get(func), "replays", False)) \
+            and (dtypes.by_dtypes(func) or not dtypes.has_rule(func)):
         handler = _replayed_first(handler)
     elif getattr(inner, "specs", None) is not None:
         if dtypes.by_dtypes(func):
@@ -162,12 +163,13 @@ def _choose(func):
 
 
 def _replayed_first(checked):
-    """`checked` (lowered_op behind func's dtype rule), with a call that replays a plan not
-    checked again (Note [Checked plans] in tensor/replay.py)."""
+    """`checked` (lowered_op behind func's dtype rule, or a special handler that `replays`),
+    with a call that replays a plan not checked again (Note [Checked plans] in
+    tensor/replay.py)."""
     def run(func, args, kwargs):
         out = replay.replayed(func, args, kwargs)
         return checked(func, args, kwargs) if out is None else out
-    run.unchecked = checked.unchecked
+    run.unchecked = getattr(checked, "unchecked", checked)
     _NATIVE[run] = _native.REPLAYED     # replayed in C, not built (Note [Native recording])
     return run
 
