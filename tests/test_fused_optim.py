@@ -69,40 +69,57 @@ def test_fused_adamw_steps_each_parameter_by_its_own_step_count():
     _no_fallbacks()
 
 
+def _fused_step(op, options, ts, steps, extra):
+    """One call of fused optimizer `op` on the tensor lists `ts` (params, grads, and the state)."""
+    ps, gs, a, b, c = ts
+    if op == "_fused_sgd_":
+        torch._fused_sgd_(ps, gs, a if options["momentum"] else [], lr=0.1, **options, **extra)
+    else:
+        getattr(torch, op)(ps, gs, a, b, c if options["amsgrad"] else [], steps, lr=0.01,
+                           beta1=0.9, beta2=0.999, eps=1e-8, **options, **extra)
+
+
+_PLANNED = [("_fused_adam_", {"amsgrad": True, "weight_decay": 0.1, "maximize": False}),
+            ("_fused_adamw_", {"amsgrad": True, "weight_decay": 0.1, "maximize": False}),
+            ("_fused_adamw_", {"amsgrad": False, "weight_decay": 0.01, "maximize": True}),
+            ("_fused_sgd_", {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01,
+                             "dampening": 0.0, "maximize": True, "is_first_step": False}),
+            ("_fused_sgd_", {"momentum": 0.9, "nesterov": False, "weight_decay": 0.0,
+                             "dampening": 0.25, "maximize": False, "is_first_step": False}),
+            ("_fused_sgd_", {"momentum": 0.9, "nesterov": False, "weight_decay": 0.0,
+                             "dampening": 0.1, "maximize": False, "is_first_step": True}),
+            ("_fused_sgd_", {"momentum": 0.0, "nesterov": False, "weight_decay": 0.0,
+                             "dampening": 0.0, "maximize": False, "is_first_step": False})]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("op", ["_fused_adam_", "_fused_adamw_"])
-@pytest.mark.parametrize("options", [
-    {"amsgrad": True, "weight_decay": 0.1, "maximize": False},
-    {"amsgrad": False, "weight_decay": 0.01, "maximize": True},
-])
+@pytest.mark.parametrize("op, options", _PLANNED)
 @pytest.mark.parametrize("found", [None, 1.0])
-def test_fused_adam_replays_a_plan_per_parameter_with_the_foreach_bits(dtype, op, options, found,
-                                                                        monkeypatch):
+def test_fused_steps_replay_a_plan_per_parameter_with_the_foreach_bits(dtype, op, options, found,
+                                                                       monkeypatch):
     """Note [Optimizer plans]: each parameter's update is replayed from one plan (a second step
     makes no new one), with the bits the foreach formulation gives, a scalar parameter and
     GradScaler's scale and overflow flag included."""
     from lazydev.tensor import optim
-    by_plans, taken = optim._adam_by_plans, []
+    by_plans, taken = optim._by_plans, []
     shapes, outs = [(4, 3), (), (67,)], []
 
     def spied(*args, **kwargs):
         taken.append(by_plans(*args, **kwargs))
         return taken[-1]
     for plans in (True, False):
-        monkeypatch.setattr(optim, "_adam_by_plans", spied if plans else lambda *a, **k: False)
+        monkeypatch.setattr(optim, "_by_plans", spied if plans else lambda *a, **k: False)
         g = torch.Generator().manual_seed(5)
         ts = [[torch.randn(s, generator=g).to(dtype).to("wse") for s in shapes] for _ in range(5)]
-        ps, gs, ms, vs, vmax = ts
-        vs, vmax = [v.abs() for v in vs], [v.abs() * 1.5 for v in vmax]
+        ts[3], ts[4] = [v.abs() for v in ts[3]], [v.abs() * 1.5 for v in ts[4]]
         steps = [torch.tensor(c, device="wse") for c in (7.0, 1.0, 3.0)]
         extra = _scaling("wse", found) if found is not None else {}
         for k in range(2):
             made = lazydev.metrics.counters().get("replay_plans", 0)
-            getattr(torch, op)(ps, gs, ms, vs, vmax if options["amsgrad"] else [], steps,
-                               lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, **options, **extra)
+            _fused_step(op, options, ts, steps, extra)
             lazydev.mark_step()
         assert lazydev.metrics.counters().get("replay_plans", 0) == made
-        outs.append([t.cpu() for t in ps + gs + ms + vs + vmax])
+        outs.append([t.cpu() for t in sum(ts, [])])
     assert taken == [True, True]
     for a, b in zip(*outs):
         assert torch.equal(a, b)

@@ -115,21 +115,22 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, de
 
 
 # Note [Optimizer plans]
-# Written in _foreach_ ops, a fused Adam step dispatched about fifteen of them through Python,
-# each recording an element op per parameter: `mlp_amp`'s fused AdamW (6 parameters) took 1.0 ms
-# of recording warm and 2.3 ms in its step (benchmarks/record_by_op.py), 70% of the step's
-# recording. But one parameter's update is a function of its tensors' metadata, a few flags and
-# float hyperparameters, as an op's lowering is: so it is lowered once, on placeholders, into a
-# replay plan keyed by the rule (replay.run_rule, Note [Replay plans]), and each step replays it
-# per parameter: a few CALL nodes (Note [Macro nodes]) and the writes. The bias corrections of
-# all parameters are one more plan, over the stacked step counts as in the foreach path: taken
-# per parameter, each 0-dim factor was computed inline at every element of its update loop (two
-# pow calls in double and a division: 2.5 ms for a 1024x1024 parameter against 1.1). A plan's
-# runtime scalars must come straight from its float arguments, so the floats the step derives
-# (1 - beta1, -lr, ...) are computed here, in double as the foreach path does, and passed in.
-# The rules apply the foreach path's element ops in its order through the same lowerings, so
-# the program and its bits are the same. What cannot be replayed (a tensor learning rate, step
-# counts of two dtypes, a CPU tensor among the state) takes the foreach path.
+# Written in _foreach_ ops, a fused Adam step dispatched about fifteen of them through Python
+# (SGD's, five), each recording an element op per parameter: `mlp_amp`'s fused AdamW (6
+# parameters) took 1.0 ms of recording warm and 2.3 ms in its step (benchmarks/record_by_op.py),
+# 70% of the step's recording. But one parameter's update is a function of its tensors'
+# metadata, a few flags and float hyperparameters, as an op's lowering is: so it is lowered
+# once, on placeholders, into a replay plan keyed by the rule (replay.run_rule, Note [Replay
+# plans]), and each step replays it per parameter: a few CALL nodes (Note [Macro nodes]) and the
+# writes. Adam's bias corrections of all parameters are one more plan, over the stacked step
+# counts as in the foreach path: taken per parameter, each 0-dim factor was computed inline at
+# every element of its update loop (two pow calls in double and a division: 2.5 ms for a
+# 1024x1024 parameter against 1.1). A plan's runtime scalars must come straight from its float
+# arguments, so the floats the step derives (1 - beta1, -lr, ...) are computed here, in double
+# as the foreach path does, and passed in. The rules apply the foreach path's element ops in its
+# order through the same lowerings, so the program and its bits are the same. What cannot be
+# replayed (a tensor learning rate, step counts of two dtypes, a CPU tensor among the state)
+# takes the foreach path.
 class _Spec(NamedTuple):
     """What an elementwise op's lowering reads of its output's metadata."""
     shape: tuple
@@ -157,12 +158,9 @@ def _element(vector: Node, i: int) -> Node:
     return Node(Op.AS_STRIDED, vector.dtype, (), (vector,), ((), i))
 
 
-def _adam_rule(spec, p, g, m, v, vmax, step_sizes, bias2_sqrts, i, grad_scale, found_inf,
-               beta2, eps, weight_decay, one_b1, one_b2, decay, decoupled, amsgrad, maximize):
-    """One parameter's step on nodes (the i-th of the call's): the new (param, exp_avg,
-    exp_avg_sq, max_exp_avg_sq, grad), each in its tensor's dtype, None where nothing is
-    written."""
-    step_size, bias2_sqrt = _element(step_sizes, i), _element(bias2_sqrts, i)
+def _started(p, g, grad_scale, maximize, weight_decay):
+    """_start on one parameter's nodes: (the parameter and the gradient in their compute dtype,
+    the gradient as unscaled, or None without a scale)."""
     d = opmath(p.dtype)
     x, gw = cast(p, d), cast(g, d)
     if grad_scale is not None:
@@ -170,8 +168,33 @@ def _adam_rule(spec, p, g, m, v, vmax, step_sizes, bias2_sqrts, i, grad_scale, f
     unscaled = gw if grad_scale is not None else None
     if maximize:
         gw = _ew(aten.neg.default, d, gw)
-    if weight_decay != 0 and not decoupled:
+    if weight_decay != 0:
         gw = _ew(aten.add.Tensor, d, gw, x, alpha=weight_decay)
+    return x, gw, unscaled
+
+
+def _kept(pairs, found_inf) -> tuple:
+    """Each (old, new) pair's new value in old's dtype, or old where GradScaler found an
+    overflow; None where nothing is written."""
+    skip = None if found_inf is None else _ew(aten.eq.Scalar, torch.bool,
+                                              reshape(found_inf, ()), 1.0)
+    out = []
+    for old, new in pairs:
+        if new is not None:
+            new = cast(new, old.dtype)
+            if skip is not None:
+                new = _ew(aten.where.self, old.dtype, skip, old, new)
+        out.append(new)
+    return tuple(out)
+
+
+def _adam_rule(spec, p, g, m, v, vmax, step_sizes, bias2_sqrts, i, grad_scale, found_inf,
+               beta2, eps, weight_decay, one_b1, one_b2, decay, decoupled, amsgrad, maximize):
+    """One parameter's Adam step on nodes (the i-th of the call's): the new values of p, g, m,
+    v and vmax."""
+    step_size, bias2_sqrt = _element(step_sizes, i), _element(bias2_sqrts, i)
+    x, gw, unscaled = _started(p, g, grad_scale, maximize, 0 if decoupled else weight_decay)
+    d = x.dtype
     if weight_decay != 0 and decoupled:
         x = _ew(aten.mul.Scalar, d, x, decay)
     m2 = _ew(aten.lerp.Scalar, d, cast(m, d), gw, one_b1)
@@ -182,23 +205,50 @@ def _adam_rule(spec, p, g, m, v, vmax, step_sizes, bias2_sqrts, i, grad_scale, f
     denom = _ew(aten.add.Scalar, d, _ew(aten.div.Tensor, d, root, bias2_sqrt), eps)
     p2 = _ew(aten.add.Tensor, d, x, _ew(aten.div.Tensor, d, _ew(aten.mul.Tensor, d, m2,
                                                                 step_size), denom))
-    skip = None if found_inf is None else _ew(aten.eq.Scalar, torch.bool,
-                                              reshape(found_inf, ()), 1.0)
-    return tuple(None if new is None else _kept(old, new, skip)
-                 for old, new in ((p, p2), (m, m2), (v, v2), (vmax, vmax2), (g, unscaled)))
+    return _kept(((p, p2), (g, unscaled), (m, m2), (v, v2), (vmax, vmax2)), found_inf)
 
 
-def _kept(old: Node, new: Node, skip) -> Node:
-    """`new` in `old`'s dtype, or `old` where GradScaler found an overflow (`skip`)."""
-    new = cast(new, old.dtype)
-    return new if skip is None else _ew(aten.where.self, old.dtype, skip, old, new)
+def _sgd_rule(spec, p, g, buf, grad_scale, found_inf, weight_decay, momentum, one_damp, lr,
+              nesterov, maximize, is_first_step):
+    """One parameter's SGD step on nodes: the new values of p, g and buf."""
+    x, gw, unscaled = _started(p, g, grad_scale, maximize, weight_decay)
+    d, buf2 = x.dtype, None
+    if momentum != 0:
+        buf2 = gw if is_first_step else _ew(
+            aten.add.Tensor, d, _ew(aten.mul.Scalar, d, cast(buf, d), momentum),
+            _ew(aten.mul.Scalar, d, gw, one_damp))
+        gw = _ew(aten.add.Tensor, d, gw, _ew(aten.mul.Scalar, d, buf2, momentum)) \
+            if nesterov else buf2
+    p2 = _ew(aten.sub.Tensor, d, x, _ew(aten.mul.Scalar, d, gw, lr))
+    return _kept(((p, p2), (g, unscaled), (buf, buf2)), found_inf)
+
+
+def _by_plans(rule, tensors: list, rest: list) -> bool:
+    """Each parameter's step through the plan of `rule` on its tensors (tensors[i]) and the
+    rest of its arguments (rest[i]), writing the new values into those tensors (Note [Optimizer
+    plans]); False, with nothing written, when one cannot be replayed."""
+    tr = state.current()
+    tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
+    made = []
+    try:
+        for ts, more in zip(tensors, rest):
+            out = replay.run_rule(rule, (*ts, *more))
+            if out is None:
+                return False
+            made.append((ts, out))
+    finally:
+        tr.shared_scalars = None
+    for ts, out in made:
+        for dst, new in zip(ts, out):
+            if new is not None:
+                write(dst, new)
+    return True
 
 
 def _adam_by_plans(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
                    decoupled, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
                    grad_scale, found_inf) -> bool:
-    """The step through one replay plan per parameter (Note [Optimizer plans]); False, with
-    nothing written, when some parameter's cannot be replayed."""
+    """The Adam step through plans (Note [Optimizer plans]), or False."""
     if type(lr) not in (float, int) or len({t.dtype for t in state_steps}) != 1:
         return False
     lr, beta1, beta2, eps, wd = (float(a) for a in (lr, beta1, beta2, eps, weight_decay))
@@ -207,31 +257,21 @@ def _adam_by_plans(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_
         return False
     step_sizes, bias2_sqrts = (from_node(f) for f in factors)
     floats = (beta2, eps, wd, 1 - beta1, 1 - beta2, 1 - lr * wd)
-    tr = state.current()
-    tr.shared_scalars = {}          # Note [Shared scalars] in tensor/replay.py
-    made = []
-    try:
-        for i, p in enumerate(params):
-            dsts = (p, grads[i], exp_avgs[i], exp_avg_sqs[i],
-                    max_exp_avg_sqs[i] if amsgrad else None)
-            out = replay.run_rule(_adam_rule, (*dsts, step_sizes, bias2_sqrts, i, grad_scale,
-                                               found_inf, *floats, decoupled, amsgrad, maximize))
-            if out is None:
-                return False
-            made.append((dsts, out))
-    finally:
-        tr.shared_scalars = None
-    for (p, g, m, v, vmax), (p2, m2, v2, vmax2, g2) in made:
-        for dst, new in ((g, g2), (m, m2), (v, v2), (vmax, vmax2), (p, p2)):
-            if new is not None:
-                write(dst, new)
-    return True
+    vmaxes = max_exp_avg_sqs if amsgrad else [None] * len(params)
+    return _by_plans(_adam_rule, list(zip(params, grads, exp_avgs, exp_avg_sqs, vmaxes)),
+                     [(step_sizes, bias2_sqrts, i, grad_scale, found_inf, *floats, decoupled,
+                       amsgrad, maximize) for i in range(len(params))])
 
 
 @decomposition(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr)
 def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
                nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
     if not params:
+        return
+    if type(lr) in (float, int) and _by_plans(
+            _sgd_rule, list(zip(params, grads, momentum_buffer_list or [None] * len(params))),
+            [(grad_scale, found_inf, float(weight_decay), float(momentum), 1 - dampening,
+              float(lr), nesterov, maximize, is_first_step)] * len(params)):
         return
     updates, g, x = _start(params, grads, grad_scale, found_inf, maximize, weight_decay)
     if momentum != 0:
