@@ -322,7 +322,8 @@ def test_a_value_read_twice_by_one_loop_is_computed_there_once():
     cases = ((lambda t, c: F.gelu(t + c), ["MUL"]),
              (lambda t, c: (t + c, F.gelu(t + c)), ["ADD"]),    # an output: stored (and
              #                                       the GELU joins its loop, a kernel group)
-             (lambda t, c: ((t + c).sin() * 2, (t + c).sin().sum(0, keepdim=True)), ["SIN", "MUL", "SUM"]))
+             (lambda t, c: ((t + c).sin() * 2, (t + c).sin().sum(0, keepdim=True)),
+              ["SIN", "MUL", "SUM"]))
     for f, kernels in cases:
         assert_same(f(x.to("wse"), b.to("wse")), f(x, b))
         code = "\n".join(last_compiled["units"])
@@ -501,6 +502,30 @@ def test_hoisted_lines_leave_the_loops_they_do_not_use():
         b.rewind(mark)
         b.line(f"use({i});")
     assert b.text().splitlines()[2:] == ["  const int64_t t1 = p0[o];", "  use(t1);", "}"]
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_value_of_scalars_is_computed_once_before_the_loops(in_place):
+    """Note [Hoisted scalars]: Adam's bias corrections of a step count on the device, read by a
+    loop over a matrix, are computed before the loop, not at each element, also where the
+    matrix's buffer is donated to the result (a pointer that may alias); values as the CPU's."""
+    x, t = torch.randn(64, 128), torch.tensor(3.0)
+
+    def f(x, t):
+        factor = 0.01 / (1 - torch.pow(0.9, t))
+        shift = torch.sqrt(1 - torch.pow(0.999, t))
+        return x.mul_(factor).add_(shift) if in_place else x * factor + shift
+    want = f(x.clone(), t)
+    wx, wt = x.to("wse"), t.to("wse")
+    lazydev.mark_step()
+    got = f(wx, wt)
+    lazydev.mark_step()
+    assert_same(got.cpu(), want)
+    code = "\n".join(last_compiled["units"])
+    kernel = code[code.index("WSE_KERNEL int k0("):]
+    kernel = kernel[kernel.index("{"):kernel.index("\n}\n")]
+    assert kernel.count("pow(") == 2 and kernel.count("sqrt(") == 1
+    assert kernel.rindex("pow(") < kernel.index("for (") > kernel.index("sqrt(")
 
 
 def test_embedding_lookup_rows_vectorise(tmp_path):
