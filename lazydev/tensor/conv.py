@@ -137,8 +137,8 @@ def _convolution_backward(func, args, kwargs):
 
 # Note [Replayed convolutions]
 # A convolution the CONV2D kernel takes is recorded by lowered_op, through a replay plan; the
-# handler's checks before it (_refused, the CPU's verdict, _native) cost 8-9 us of a 15 us call
-# hot, 34-53 in a CNN step. They read only what a plan's signature holds (dtypes, shapes,
+# handler's checks before it (_refused, the CPU's verdict, _native) cost 5-9 us of a 15-26 us
+# call hot. They read only what a plan's signature holds (dtypes, shapes,
 # strides, the int arguments), and a plan exists only once a call of its signature passed them,
 # so a call with a plan is replayed by dispatch (`replays`, in C: Note [Native recording] in
 # tensor/replay.py) without them; other calls, and the im2col convolutions, which make no plan

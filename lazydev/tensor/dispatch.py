@@ -137,8 +137,9 @@ def _choose(func):
     chosen = _choose_handler(func)
     inner = guards.guarded(func, chosen, lowered=chosen is lowered_op)
     handler = dtypes.checked(func, inner)
-    if (inner is lowered_op or getattr(SPECIAL.get(func), "replays", False)) \
-            and (dtypes.by_dtypes(func) or not dtypes.has_rule(func)):
+    replays = getattr(SPECIAL.get(func), "replays", False)     # Note [Replayed convolutions]
+    if inner is lowered_op and dtypes.by_dtypes(func) or replays and (
+            dtypes.by_dtypes(func) or not dtypes.has_rule(func)):
         handler = _replayed_first(handler)
     elif getattr(inner, "specs", None) is not None:
         if dtypes.by_dtypes(func):

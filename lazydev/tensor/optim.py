@@ -144,7 +144,8 @@ def _ew(func, dtype: torch.dtype, *args, **kwargs) -> Node:
 
 
 def _corrections_rule(spec, steps, neg_lr, beta1, beta2):
-    """_bias_corrections on nodes, each factor as the vector of every parameter's."""
+    """The foreach path's bias corrections (_adam) on nodes, each factor as the vector of
+    every parameter's."""
     dt = steps[0].dtype
     stacked = LOWERINGS[aten.stack.default](_Spec((len(steps),), dt), list(steps))
     bc1 = _ew(aten.rsub.Scalar, dt, _ew(aten.pow.Scalar, dt, beta1, stacked), 1)
