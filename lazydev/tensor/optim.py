@@ -15,14 +15,14 @@ learn whether it overflowed.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from ..trace import state
-from ..trace.build import broadcast_shape, cast, opmath, reshape
-from ..trace.ir import Node, Op
+from ..trace.build import broadcast_shape, cast, contiguous_strides, opmath, reshape
+from ..trace.checks import element
+from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
+from ..trace.meta import Spec
 from . import replay
 from .vjp import decomposition
 from .wse_tensor import from_node, write
@@ -131,32 +131,26 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, de
 # order through the same lowerings, so the program and its bits are the same. What cannot be
 # replayed (a tensor learning rate, step counts of two dtypes, a CPU tensor among the state)
 # takes the foreach path.
-class _Spec(NamedTuple):
-    """What an elementwise op's lowering reads of its output's metadata."""
-    shape: tuple
-    dtype: torch.dtype
+def _spec(shape: tuple, dtype: torch.dtype) -> Spec:
+    """The metadata a lowering gets of a contiguous output."""
+    return Spec(shape, dtype, contiguous_strides(shape), 0)
 
 
 def _ew(func, dtype: torch.dtype, *args, **kwargs) -> Node:
     """Elementwise aten op `func` on nodes and numbers, through its lowering, in `dtype`."""
     shape = broadcast_shape(*[a.shape for a in args if isinstance(a, Node)])
-    return LOWERINGS[func](_Spec(shape, dtype), *args, **kwargs)
+    return LOWERINGS[func](_spec(shape, dtype), *args, **kwargs)
 
 
 def _corrections_rule(spec, steps, neg_lr, beta1, beta2):
     """The foreach path's bias corrections (_adam) on nodes, each factor as the vector of
     every parameter's."""
     dt = steps[0].dtype
-    stacked = LOWERINGS[aten.stack.default](_Spec((len(steps),), dt), list(steps))
+    stacked = LOWERINGS[aten.stack.default](_spec((len(steps),), dt), steps)
     bc1 = _ew(aten.rsub.Scalar, dt, _ew(aten.pow.Scalar, dt, beta1, stacked), 1)
     step_size = _ew(aten.mul.Tensor, dt, _ew(aten.reciprocal.default, dt, bc1), neg_lr)
     bc2 = _ew(aten.rsub.Scalar, dt, _ew(aten.pow.Scalar, dt, beta2, stacked), 1)
     return step_size, _ew(aten.sqrt.default, dt, bc2)
-
-
-def _element(vector: Node, i: int) -> Node:
-    """vector[i], as a 0-dim view of it reads (wse_tensor.value)."""
-    return Node(Op.AS_STRIDED, vector.dtype, (), (vector,), ((), i))
 
 
 def _started(p, g, grad_scale, maximize, weight_decay):
@@ -193,7 +187,7 @@ def _adam_rule(spec, p, g, m, v, vmax, step_sizes, bias2_sqrts, i, grad_scale, f
                beta2, eps, weight_decay, one_b1, one_b2, decay, decoupled, amsgrad, maximize):
     """One parameter's Adam step on nodes (the i-th of the call's): the new values of p, g, m,
     v and vmax."""
-    step_size, bias2_sqrt = _element(step_sizes, i), _element(bias2_sqrts, i)
+    step_size, bias2_sqrt = element(step_sizes, i), element(bias2_sqrts, i)
     x, gw, unscaled = _started(p, g, grad_scale, maximize, 0 if decoupled else weight_decay)
     d = x.dtype
     if weight_decay != 0 and decoupled:
