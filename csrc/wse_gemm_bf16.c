@@ -62,14 +62,14 @@ static inline __m512i rows16(__m512 lo, __m512 hi) {
 }
 
 /* `width` rows (past `rows`: zeros) whose k runs along memory: row r's pairs to out[k2 *
-   stride + r]. A untransposed, B transposed. */
+   width + r]. A untransposed, B transposed. */
 static void pack_along(const float* x, int64_t ld, int64_t rows, int64_t kc, int64_t width,
-                       uint32_t* out, int64_t stride) {
+                       uint32_t* out) {
   const int64_t k2n = (kc + 1) / 2;
   for (int64_t r = 0; r < width; r++) {
     uint32_t* o = out + r;
     if (r >= rows) {
-      for (int64_t k2 = 0; k2 < k2n; k2++) o[k2 * stride] = 0;
+      for (int64_t k2 = 0; k2 < k2n; k2++) o[k2 * width] = 0;
       continue;
     }
     const float* row = x + r * ld;
@@ -77,21 +77,21 @@ static void pack_along(const float* x, int64_t ld, int64_t rows, int64_t kc, int
     for (; k + 16 <= kc; k += 16, k2 += 8) {
       uint32_t w[8];
       _mm256_storeu_si256((__m256i*)w, pairs8(_mm512_loadu_ps(row + k)));
-      for (int i = 0; i < 8; i++) o[(k2 + i) * stride] = w[i];
+      for (int i = 0; i < 8; i++) o[(k2 + i) * width] = w[i];
     }
     for (; k < kc; k += 2, k2++)
-      o[k2 * stride] = bf_bits(row[k]) | (k + 1 < kc ? bf_bits(row[k + 1]) << 16 : 0);
+      o[k2 * width] = bf_bits(row[k]) | (k + 1 < kc ? bf_bits(row[k + 1]) << 16 : 0);
   }
 }
 
 /* `width` columns (past `cols`: zeros) whose k runs across rows: rows k, k+1 to out[k2 *
-   stride + c]. A transposed, B untransposed. */
+   width + c]. A transposed, B untransposed. */
 static void pack_across(const float* x, int64_t ld, int64_t cols, int64_t kc, int64_t width,
-                        uint32_t* out, int64_t stride) {
+                        uint32_t* out) {
   for (int64_t k = 0, k2 = 0; k < kc; k += 2, k2++) {
     const float* lo = x + k * ld;
     const float* hi = k + 1 < kc ? lo + ld : NULL;
-    uint32_t* o = out + k2 * stride;
+    uint32_t* o = out + k2 * width;
     int64_t c = 0;
     for (; c + 16 <= cols && c + 16 <= width; c += 16)
       _mm512_storeu_si512(o + c, rows16(_mm512_loadu_ps(lo + c),
@@ -108,8 +108,8 @@ static void pack(int along, const float* x, int64_t ld, int64_t n, int64_t kc, i
   const int64_t k2n = (kc + 1) / 2;
   for (int64_t i = 0; i < n; i += width, out += width * k2n) {
     const int64_t count = n - i < width ? n - i : width;
-    if (along) pack_along(x + i * ld, ld, count, kc, width, out, width);
-    else pack_across(x + i, ld, count, kc, width, out, width);
+    if (along) pack_along(x + i * ld, ld, count, kc, width, out);
+    else pack_across(x + i, ld, count, kc, width, out);
   }
 }
 
