@@ -12,19 +12,24 @@ from conftest import assert_same, build_program, padded_operand
 from lazydev.runtime import Buffer
 
 
+def _generated(cdir, name, kernels, calls, n_kernels, sliced=()):
+    """Hand-written kernels behind the entry compile/program.py generates for `calls`."""
+    from lazydev.compile.program import _entry
+    # Generated programs build with -w; gcc -Wall doubts the entry's argument table P.
+    body = ('#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"\n'
+            '#define WSE_KERNEL __attribute__((visibility("hidden")))\n' + kernels
+            + _entry(1, calls, n_kernels, sliced))
+    return build_program(cdir, name, body)
+
+
 def test_a_generated_program_pauses_between_kernel_calls_and_resumes_there(cdir):
     """The entry compile/program.py generates stops before the next call once asked, and a
     later resume (from any thread) runs on from there, not from the start."""
     from lazydev.compile.kernels import KERNEL_ARGS
-    from lazydev.compile.program import _entry
     kernel = ("WSE_KERNEL int k0(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
               "  x[0] = x[0] * 2.0f + 1.0f;\n  return 0;\n}\n")
     calls = [(0, [0], []), (0, [0], []), (0, [0], [])]           # x -> ((2x+1)*2+1)*2+1
-    # Generated programs build with -w; gcc -Wall doubts the entry's argument table P.
-    body = ('#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"\n'
-            '#define WSE_KERNEL __attribute__((visibility("hidden")))\n' + kernel
-            + _entry(1, calls, 1))
-    prog = build_program(cdir, "pausable", body)
+    prog = _generated(cdir, "pausable", kernel, calls, 1)
     x = Buffer.from_tensor(torch.tensor([1.0]))
     run = prog.start([x, Buffer(64)], [])
     run.pause()
@@ -40,17 +45,13 @@ def _long_call_program(cdir, name, sliced=()):
     """x -> (x + 1) * 10 + 1 in three calls, the middle one 3 ms long; `sliced`: the kernels
     flagged as able to pause inside themselves (program._entry)."""
     from lazydev.compile.kernels import KERNEL_ARGS
-    from lazydev.compile.program import _entry
     kernels = ("WSE_KERNEL int k0(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
                "  x[0] += 1.0f;\n  return 0;\n}\n"
                "WSE_KERNEL int k1(" + KERNEL_ARGS + ") {\n  float* x = (float*)P[0];\n"
                "  const int64_t t0 = wse_clock_ns();\n"
                "  while (wse_clock_ns() - t0 < 3000000) {}\n  x[0] *= 10.0f;\n  return 0;\n}\n")
     calls = [(0, [0], []), (1, [0], []), (0, [0], [])]
-    body = ('#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"\n'
-            '#define WSE_KERNEL __attribute__((visibility("hidden")))\n' + kernels
-            + _entry(1, calls, 2, sliced))
-    return build_program(cdir, name, body)
+    return _generated(cdir, name, kernels, calls, 2, sliced)
 
 
 def test_a_run_stops_before_the_call_it_is_told_to_and_goes_on_from_there(cdir):
