@@ -299,6 +299,15 @@ def download(buf: Buffer, dtype, numel: int, start: int = 0):
     return t
 
 
+def element(buf: Buffer, dtype, index: int):
+    """Element `index` of a buffer as a Python number (None: copy it with download); the
+    caller has waited for it (wait)."""
+    value = buf.element(dtype, index)
+    if value is not None:
+        metrics.count("bytes_to_host", dtype.itemsize)
+    return value
+
+
 def clear_memory_cache() -> None:
     _programs.clear()
     _with_arena.clear()

@@ -173,6 +173,14 @@ def _tensor_nbytes(t: torch.Tensor) -> int:
     return t.nbytes
 
 
+# C element types Buffer.element reads in place; the rest (half precision, complex) are copied.
+_ELEMENT_CTYPES = {
+    torch.float32: "float*", torch.float64: "double*", torch.int64: "int64_t*",
+    torch.int32: "int32_t*", torch.int16: "int16_t*", torch.int8: "int8_t*",
+    torch.uint8: "uint8_t*", torch.bool: "uint8_t*",
+}
+
+
 class Buffer:
     """One device allocation, freed when garbage-collected (or by `free()`)."""
 
@@ -240,6 +248,19 @@ class Buffer:
         if n:
             lib.wse_memcpy(_host_ptr(out), ffi.cast("char*", self._live_ptr()) + skip, n)
         return out
+
+    def element(self, dtype: torch.dtype, index: int):
+        """Element `index` as a Python number, read in place (`.item()`: no CPU tensor, so
+        none of its allocation, whose code the step's program has just evicted from the
+        caches); None for a dtype without a C type here (the caller then copies)."""
+        ctype = _ELEMENT_CTYPES.get(dtype)
+        if ctype is None:
+            return None
+        if index < 0 or (index + 1) * dtype.itemsize > self.nbytes:
+            raise ValueError(f"Buffer.element: element {index} of {dtype} lies past the "
+                             f"buffer's {self.nbytes} bytes")
+        value = ffi.cast(ctype, self._live_ptr())[index]
+        return bool(value) if dtype is torch.bool else value
 
     def numpy_view(self, dtype, count: int) -> np.ndarray:
         """Zero-copy numpy view of the first `count` elements (tests/debug)."""

@@ -12,7 +12,7 @@ from .. import log
 from ..trace import build, checks, meta, sync
 from . import guards
 from .dispatch import SPECIAL, _node_args, _upload, dispatch
-from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, value, write, write_tensor
+from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, to_item, value, write, write_tensor
 
 aten = torch.ops.aten
 
@@ -77,7 +77,7 @@ def _prims_copy_to(func, args, kwargs):
 
 @special(aten._local_scalar_dense.default)
 def _item(func, args, kwargs):
-    return to_cpu(args[0], reason="item").item()
+    return to_item(args[0], reason="item")
 
 
 @special(aten.is_nonzero.default)

@@ -515,6 +515,21 @@ def _no_value(st) -> None:
 
 
 @state.recorder
+def to_item(t: WseTensor, reason: str):
+    """`.item()`: a one-element tensor's value as a Python number, read from its buffer in
+    place when its dtype allows (Buffer.element), else through a CPU copy."""
+    st = t._st
+    size, _, offset, numel, dtype = t._lz_meta
+    if dtype is not st.dtype or numel != st.numel or any(n != 1 for n in size):
+        return to_cpu(t, reason).item()     # complex, regrown, or not one element (raises)
+    sync.sync(reason, needed=st.node is not None or st.buf is None)
+    if st.buf is None:
+        _no_value(st)
+    t._lz_cache = None                  # as to_cpu: the cut trace's graph is not kept
+    value = sync.element(st.buf, dtype, offset)
+    return to_cpu(t, reason).item() if value is None else value
+
+
 def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     """Materialise `t` (a sync if it is pending) and copy it to a new contiguous CPU tensor."""
     st = t._st

@@ -33,6 +33,14 @@ def download(buf, dtype, numel, start=0):
     return _compile.download(buf, dtype, numel, start)
 
 
+def element(buf, dtype, index):
+    """A host read of element `index` as a Python number, as `download` waits; None for a
+    dtype it cannot read in place (download it then)."""
+    state.check_pure()
+    _waited(_compile.wait(buf))
+    return _compile.element(buf, dtype, index)
+
+
 @state.recorder
 def wait() -> None:
     """Wait for every queued program; raise the first failure among them."""
