@@ -322,6 +322,9 @@ class ExecQueue:
         the job, and drops it before the ticket is done, _finish)."""
         job, ticket, _ = got
         got.clear()
+        # Asked before the run, while the host's caches are warm: after it, cold, the question
+        # (torch.get_num_threads) cost 20-25 us of the host's time between two runs.
+        holds_team = host and getattr(job, "forks", True) and owns_team()   # Note [Team hold]
         t0 = time.perf_counter()
         finished = True
         if self._failed:
@@ -333,7 +336,7 @@ class ExecQueue:
                 ticket.error = e
                 self._failed = True
         ticket.seconds += time.perf_counter() - t0
-        if host and getattr(job, "forks", True) and owns_team():     # Note [Team hold]
+        if holds_team:
             self._team_hold = time.perf_counter() + TEAM_SPIN_S
         if not finished:
             self._release((job, ticket), handed=bool(until) and job.reached(until))
