@@ -369,6 +369,23 @@ def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_
     assert any(r.filename == __file__ for r in seen)
 
 
+def test_views_over_a_whole_buffer_are_one_node_per_trace():
+    """F.linear makes weight.t() anew at every call: each such view of a device buffer reads
+    the one AS_STRIDED node the trace keeps for it (Storage.strided), while a view of part of
+    the buffer still gets a window of its own (Note [Windows]); the next trace makes new nodes.
+    Values as on the CPU."""
+    from lazydev.tensor.wse_tensor import value
+    w0, x0 = torch.randn(6, 4), torch.randn(3, 4)
+    w, x = w0.to("wse"), x0.to("wse")
+    lazydev.mark_step()
+    first = value(w.t())
+    assert value(w.t()) is first and first.op.name == "AS_STRIDED"
+    assert value(w[1:].t()) is not value(w[1:].t())         # windows: a slot each
+    out = x @ w.t() + (x @ w.t()).relu()
+    assert_same(out.cpu(), x0 @ w0.t() + (x0 @ w0.t()).relu())
+    assert value(w.t()) is not first                          # a new trace
+
+
 def test_slices_of_a_dataset_on_the_device_compile_once_and_train_as_on_the_cpu(fresh_cache):
     """data[i * b:(i + 1) * b] and data[i] of a tensor on the device, a new i each step: the
     offsets are bound at run time (Note [Windows]), so steps after the second hit the cache;

@@ -357,8 +357,7 @@ def value(t: WseTensor) -> Node:
     if t._lz_full:
         node = st.value(size)
     else:
-        base, at = _view_source(st, size, stride, offset, numel)
-        node = Node(_AS_STRIDED, st.dtype, size, (base,), (stride, at))
+        node = _view_node(st, size, stride, offset, numel)
     if dtype is not st.dtype:
         node = Node(Op.BITCAST, dtype, size, (node,))
     if st.node is None:                 # Note [Value caches]
@@ -377,13 +376,15 @@ def value(t: WseTensor) -> Node:
 # window's reference to the buffer makes it look shared, so it is not donated while a trace or
 # a queued run reads it through one. A view that spans all of its buffer from element 0 (x.t())
 # keeps the whole-buffer slot: it has no offset to vary, and stays donatable.
-def _view_source(st: Storage, size: tuple, stride: tuple, offset: int, numel: int):
-    """(node, offset in it) a view of `st` reads: a window of its buffer, or its whole value."""
+def _view_node(st: Storage, size: tuple, stride: tuple, offset: int, numel: int) -> Node:
+    """The node of a view of `st`: AS_STRIDED of a window of its buffer, or of its whole
+    value."""
     if st.node is None and st.buf is not None:      # a part of a device buffer
         extent = build.extent(size, stride, offset) - offset
         if extent > 0 and (offset != 0 or extent != numel):
-            return st.window(offset, extent), 0
-    return st.value((numel,)), offset
+            return Node(_AS_STRIDED, st.dtype, size, (st.window(offset, extent),), (stride, 0))
+        return st.strided(size, stride, offset)
+    return Node(_AS_STRIDED, st.dtype, size, (st.value((numel,)),), (stride, offset))
 
 
 def bitcasts(dtype: torch.dtype, stored: torch.dtype) -> bool:

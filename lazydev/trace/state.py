@@ -28,7 +28,7 @@ _serials = itertools.count()
 _new_object = object.__new__
 # Enum members cost a tenth of a microsecond per `Op.X` on Python 3.11: the recording path's
 # own ops are read once, here.
-_DATA, _RESHAPE, _SCALAR = Op.DATA, Op.RESHAPE, Op.SCALAR
+_DATA, _RESHAPE, _SCALAR, _AS_STRIDED = Op.DATA, Op.RESHAPE, Op.SCALAR, Op.AS_STRIDED
 
 
 class Trace:
@@ -275,6 +275,19 @@ class Storage:
         tr.inputs.append(binding)
         tr.origins.append(self.origin)
         return len(tr.inputs) - 1
+
+    def strided(self, size: tuple, stride: tuple, offset: int) -> Node:
+        """A view of the storage's buffer read as AS_STRIDED of all of it (one spanning it
+        from element 0, as x.t()), kept per view in the trace as data_node keeps a DATA node
+        per shape (its keys, tuples of tuples, are no shape): F.linear makes weight.t()
+        anew at every call, and building its node cost each mm or addmm 5 us."""
+        base = self.data_node((self.numel,))
+        key = (size, stride, offset)
+        node = self._data_nodes.get(key)
+        if node is None:
+            node = self._data_nodes[key] = Node(_AS_STRIDED, self.dtype, size, (base,),
+                                                (stride, offset))
+        return node
 
     def data_node(self, shape: tuple) -> Node:
         tr = _current
