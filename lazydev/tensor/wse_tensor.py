@@ -527,10 +527,11 @@ def to_item(t: WseTensor, reason: str):
     if st.buf is None:
         _no_value(st)
     t._lz_cache = None                  # as to_cpu: the cut trace's graph is not kept
-    value = sync.element(st.buf, dtype, offset)
-    return to_cpu(t, reason).item() if value is None else value
+    number = sync.element(st.buf, dtype, offset)
+    return to_cpu(t, reason).item() if number is None else number
 
 
+@state.recorder
 def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     """Materialise `t` (a sync if it is pending) and copy it to a new contiguous CPU tensor."""
     st = t._st

@@ -280,7 +280,7 @@ class Storage:
         """A view of the storage's buffer read as AS_STRIDED of all of it (one spanning it
         from element 0, as x.t()), kept per view in the trace as data_node keeps a DATA node
         per shape (its keys, tuples of tuples, are no shape): F.linear makes weight.t()
-        anew at every call, and building its node cost each mm or addmm 5 us."""
+        anew at every call, and building its node again cost each read 1.1 us of 3.8 (hot)."""
         base = self.data_node((self.numel,))
         key = (size, stride, offset)
         node = self._data_nodes.get(key)
