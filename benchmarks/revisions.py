@@ -1,0 +1,103 @@
+"""wse at this checkout against wse at another git revision (and eager), in alternating blocks.
+
+A change worth a few percent of a step cannot be seen between two runs of run.py on this VM:
+its speed drifts by tens of percent over minutes (three runs of one revision gave eager's
+transformer step medians of 158, 188 and 275 ms in one afternoon). Here three processes, as
+paired.py's: eager, wse at this checkout, and wse at `--rev` (built in a temporary git
+worktree), warm up, then take turns at short blocks of steps in rotating order. Each block is
+divided by the block of the other revision (or of eager) in the same round, and the medians of
+those ratios are printed: the two revisions see the same machine.
+
+    python benchmarks/revisions.py --rev HEAD~3 --workload mlp [--rounds 12] [--steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from paired import BLOCK_S, MIN_STEPS, SETTLE_S, _answer  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _worktree(rev: str, where: str) -> str:
+    """A checkout of `rev` in `where`, its C extensions built in place (so that PYTHONPATH at
+    it imports that revision's lazydev and runtime, whatever is installed)."""
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, rev], check=True,
+                   capture_output=True)
+    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=where,
+                   check=True, capture_output=True)
+    return where
+
+
+def _serve(root: str, backend: str, workload: str, warmup: int, err):
+    env = dict(os.environ, PYTHONPATH=root)
+    return subprocess.Popen(
+        [sys.executable, os.path.join(root, "benchmarks", "paired.py"), "--workload", workload,
+         "--warmup", str(warmup), "--serve", backend], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tempfile.gettempdir())
+
+
+def _blocks(procs: dict, errs: dict, rounds: int, steps: int | None) -> dict:
+    """Each process's block medians (ms), over `rounds` rounds in rotating order."""
+    step_s = max(_answer(proc, errs[name])["step_s"] for name, proc in procs.items())
+    steps = steps or max(MIN_STEPS, -(-BLOCK_S // step_s))
+    names, ms = list(procs), {name: [] for name in procs}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            time.sleep(SETTLE_S)
+            procs[name].stdin.write(f"{int(steps)}\n")
+            procs[name].stdin.flush()
+            ms[name].append(_answer(procs[name], errs[name])["ms"])
+    return ms
+
+
+def _ratio(a: list, b: list) -> float:
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rev", required=True, help="the git revision to compare with")
+    p.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--steps", type=int, help="steps per block (default: about "
+                   f"{BLOCK_S} s of the slowest process's steps, at least {MIN_STEPS})")
+    p.add_argument("--warmup", type=int, default=3)
+    a = p.parse_args(argv)
+    if a.rounds < 1 or (a.steps is not None and a.steps < 1) or a.warmup < 0:
+        p.error("--rounds and --steps must be >= 1 and --warmup >= 0")
+    with tempfile.TemporaryDirectory(prefix="lazydev-rev-") as tmp:
+        other = _worktree(a.rev, os.path.join(tmp, "checkout"))
+        roots = {"eager": (ROOT, "eager"), "wse here": (ROOT, "wse"),
+                 f"wse at {a.rev}": (other, "wse")}
+        errs = {name: tempfile.TemporaryFile("w+") for name in roots}
+        procs = {name: _serve(root, backend, a.workload, a.warmup, errs[name])
+                 for name, (root, backend) in roots.items()}
+        try:
+            ms = _blocks(procs, errs, a.rounds, a.steps)
+        finally:
+            for name, proc in procs.items():
+                proc.kill()
+                proc.wait()
+                errs[name].close()
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", other],
+                           capture_output=True)
+    here, there = ms["wse here"], ms[f"wse at {a.rev}"]
+    for name, v in ms.items():
+        print(f"{a.workload} {name}: median block {statistics.median(v):.2f} ms, "
+              f"{_ratio(v, ms['eager']):.3f}x eager")
+    print(f"{a.workload} here / {a.rev}: {_ratio(here, there):.3f} (median of {a.rounds} "
+          "rounds; below 1 is faster here)")
+
+
+if __name__ == "__main__":
+    main()
