@@ -31,10 +31,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _worktree(rev: str, where: str) -> str:
     """A checkout of `rev` in `where`, its C extensions built in place (so that PYTHONPATH at
     it imports that revision's lazydev and runtime, whatever is installed)."""
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, rev], check=True,
-                   capture_output=True)
-    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=where,
-                   check=True, capture_output=True)
+    for cmd, cwd in ((["git", "-C", ROOT, "worktree", "add", "--detach", where, rev], ROOT),
+                     ([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], where)):
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr.strip()[-800:]}")
     return where
 
 
@@ -60,6 +61,22 @@ def _blocks(procs: dict, errs: dict, rounds: int, steps: int | None) -> dict:
     return ms
 
 
+def _compare(a, other: str) -> dict:
+    """Block medians (ms) of eager, wse here and wse at the checkout `other`."""
+    roots = {"eager": (ROOT, "eager"), "wse here": (ROOT, "wse"),
+             f"wse at {a.rev}": (other, "wse")}
+    errs = {name: tempfile.TemporaryFile("w+") for name in roots}
+    procs = {name: _serve(root, backend, a.workload, a.warmup, errs[name])
+             for name, (root, backend) in roots.items()}
+    try:
+        return _blocks(procs, errs, a.rounds, a.steps)
+    finally:
+        for name, proc in procs.items():
+            proc.kill()
+            proc.wait()
+            errs[name].close()
+
+
 def _ratio(a: list, b: list) -> float:
     return statistics.median(x / y for x, y in zip(a, b))
 
@@ -76,21 +93,13 @@ def main(argv=None) -> None:
     if a.rounds < 1 or (a.steps is not None and a.steps < 1) or a.warmup < 0:
         p.error("--rounds and --steps must be >= 1 and --warmup >= 0")
     with tempfile.TemporaryDirectory(prefix="lazydev-rev-") as tmp:
-        other = _worktree(a.rev, os.path.join(tmp, "checkout"))
-        roots = {"eager": (ROOT, "eager"), "wse here": (ROOT, "wse"),
-                 f"wse at {a.rev}": (other, "wse")}
-        errs = {name: tempfile.TemporaryFile("w+") for name in roots}
-        procs = {name: _serve(root, backend, a.workload, a.warmup, errs[name])
-                 for name, (root, backend) in roots.items()}
+        other = os.path.join(tmp, "checkout")
         try:
-            ms = _blocks(procs, errs, a.rounds, a.steps)
+            ms = _compare(a, _worktree(a.rev, other))
         finally:
-            for name, proc in procs.items():
-                proc.kill()
-                proc.wait()
-                errs[name].close()
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", other],
                            capture_output=True)
+            subprocess.run(["git", "-C", ROOT, "worktree", "prune"], capture_output=True)
     here, there = ms["wse here"], ms[f"wse at {a.rev}"]
     for name, v in ms.items():
         print(f"{a.workload} {name}: median block {statistics.median(v):.2f} ms, "
