@@ -193,7 +193,7 @@ def _on_host(op):
     reproduce: ATen steps from both ends)."""
     @state.recorder
     def run(*args, dtype=None, layout=None, device=None, pin_memory=None, **kwargs):
-        from .dispatch import _upload
+        from .fallback import _upload
         check_index(device)
         return _upload(op(*args, dtype=dtype, **kwargs))
     return run

@@ -4,7 +4,7 @@ The device compiles dense (strided) values only. A sparse wse tensor is a wrappe
 sparse layout, shape and dtype PyTorch expects of it, holding the CPU sparse tensor (`_host`)
 it stands for. It subclasses WseTensor only so that its __torch_dispatch__ comes first (PyTorch
 tries subclasses before their bases): any op with a sparse wse argument, in any position, comes
-here and runs on the CPU (dispatch.fallback_op, counted and logged as every fallback is). A
+here and runs on the CPU (fallback.fallback_op, counted and logged as every fallback is). A
 dense result is uploaded as an ordinary wse tensor, a sparse one is wrapped again; autograd
 works at the wrapper's level as for any wse tensor.
 """
@@ -79,7 +79,7 @@ class WseSparseTensor(WseTensor):
 
 def host_op(func, args, kwargs):
     """Any op with a sparse wse argument: a metadata query, a move to the CPU, or a fallback."""
-    from .dispatch import fallback_op
+    from .fallback import fallback_op
     if func in _QUERIES:
         return func(args[0]._host)
     if func in _ALIASES:
@@ -105,7 +105,7 @@ def _to_wse(x, **kwargs):
 def _make_on_host(op, *args, **kwargs):
     """A sparse tensor made on wse (torch.empty(..., layout=torch.sparse_coo, device="wse")):
     made on the CPU and kept there, a fallback like any other."""
-    from .dispatch import fallback_op
+    from .fallback import fallback_op
     return fallback_op(op, args, kwargs, why="sparse tensors are host-resident")
 
 

@@ -11,7 +11,8 @@ import torch
 from .. import log
 from ..trace import build, checks, meta, sync
 from . import guards
-from .dispatch import SPECIAL, _node_args, _upload, dispatch
+from .dispatch import SPECIAL, _node_args, dispatch
+from .fallback import _upload
 from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, to_item, value, write, write_tensor
 
 aten = torch.ops.aten

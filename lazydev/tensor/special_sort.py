@@ -15,7 +15,8 @@ import torch
 
 from ..trace import build, lower_segment, lower_sort
 from ..trace.ir import Node, Op
-from .dispatch import _node_args, fallback_op, lowered_op
+from .dispatch import _node_args, lowered_op
+from .fallback import fallback_op
 from .special import _upload, special
 from .wse_tensor import WseTensor, from_node, to_cpu, value
 

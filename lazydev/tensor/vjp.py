@@ -25,7 +25,8 @@ from torch._decomp import decomposition_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..trace import meta
-from .dispatch import SPECIAL, fallback_op, handler_for
+from .dispatch import SPECIAL, handler_for
+from .fallback import fallback_op
 from .wse_tensor import WSE
 
 aten = torch.ops.aten
