@@ -215,9 +215,15 @@ ITEM_DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.int
                torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.complex64)
 
 
+def _zero(t):
+    """t's zero of its own dtype (bool * 0 would be int64)."""
+    return t & False if t.dtype is torch.bool else t * 0
+
+
 @pytest.mark.parametrize("dtype", ITEM_DTYPES, ids=str)
 def test_item_reads_the_element_as_the_cpu_does(dtype, monkeypatch):
-    """.item() of one element of a computed result: the CPU's number, of the CPU's Python type.
+    """.item() (and bool()) of one element of a computed result: the CPU's number, of the CPU's
+    Python type.
     Real dtypes with a C type are read in place (Buffer.element): one element's bytes reach
     the host, through no CPU tensor (whose allocation, cold after the step's program, cost a
     loss read 80 us); half precision and complex are copied."""
@@ -232,8 +238,9 @@ def test_item_reads_the_element_as_the_cpu_does(dtype, monkeypatch):
     for k in range(3):
         got = out[k].item()
         assert got == want[k].item() and type(got) is type(want[k].item()), (k, got)
+        assert bool(out[k]) is bool(want[k]) and bool(_zero(out[k])) is bool(_zero(want[k]))
     if not dtype.is_complex:    # (complex reads copy the whole storage of real pairs)
-        assert counters()["bytes_to_host"] - before == 3 * out.element_size()
+        assert counters()["bytes_to_host"] - before == 9 * out.element_size()
     assert torch.tensor(7, dtype=dtype if dtype is not torch.bool else torch.int8,
                         device="wse").item() == 7        # a 0-dim upload, never computed
 

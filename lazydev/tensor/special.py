@@ -13,7 +13,8 @@ from ..trace import build, checks, meta, sync
 from . import guards
 from .dispatch import SPECIAL, _node_args, dispatch
 from .fallback import _upload
-from .wse_tensor import WseTensor, from_cpu, restride, to_cpu, to_item, value, write, write_tensor
+from .wse_tensor import (WseTensor, from_cpu, restride, to_bool, to_cpu, to_item, value, write,
+                          write_tensor)
 
 aten = torch.ops.aten
 
@@ -83,7 +84,7 @@ def _item(func, args, kwargs):
 
 @special(aten.is_nonzero.default)
 def _is_nonzero(func, args, kwargs):
-    return to_cpu(args[0], reason="bool").is_nonzero()
+    return to_bool(args[0])
 
 
 @special(aten.equal.default)

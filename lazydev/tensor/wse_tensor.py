@@ -204,7 +204,7 @@ class WseTensor(torch.Tensor):
         return object.__format__(self, spec)
 
     def __bool__(self):
-        return bool(to_cpu(self, reason="bool"))
+        return to_bool(self)
 
     def tolist(self):
         return to_cpu(self, reason="tolist").tolist()
@@ -529,6 +529,14 @@ def to_item(t: WseTensor, reason: str):
     t._lz_cache = None                  # as to_cpu: the cut trace's graph is not kept
     number = sync.element(st.buf, dtype, offset)
     return to_cpu(t, reason).item() if number is None else number
+
+
+def to_bool(t: WseTensor) -> bool:
+    """bool(t) and t.is_nonzero(): a one-element tensor's truth, read in place as .item() reads
+    it (`if (x > 0).any():`); any other size raises the CPU's error."""
+    if t.numel() == 1:
+        return bool(to_item(t, reason="bool"))
+    return to_cpu(t, reason="bool").is_nonzero()
 
 
 @state.recorder
