@@ -523,11 +523,7 @@ def to_item(t: WseTensor, reason: str):
     size, _, offset, numel, dtype = t._lz_meta
     if dtype is not st.dtype or numel != st.numel or any(n != 1 for n in size):
         return to_cpu(t, reason).item()     # complex, regrown, or not one element (raises)
-    sync.sync(reason, needed=st.node is not None or st.buf is None)
-    if st.buf is None:
-        _no_value(st)
-    t._lz_cache = None                  # as to_cpu: the cut trace's graph is not kept
-    number = sync.element(st.buf, dtype, offset)
+    number = sync.element(_materialised(t, reason).buf, dtype, offset)
     return to_cpu(t, reason).item() if number is None else number
 
 
@@ -539,9 +535,8 @@ def to_bool(t: WseTensor) -> bool:
     return to_cpu(t, reason="bool").is_nonzero()
 
 
-@state.recorder
-def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
-    """Materialise `t` (a sync if it is pending) and copy it to a new contiguous CPU tensor."""
+def _materialised(t: WseTensor, reason: str) -> Storage:
+    """`t`'s storage with its value in a buffer: a sync if it is pending."""
     st = t._st
     sync.sync(reason, needed=st.node is not None or st.buf is None)
     if st.buf is None:
@@ -549,6 +544,13 @@ def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
     # The cached node is of a trace that has been cut, and it reaches that whole graph: a
     # loss read and then kept (losses.append(loss)) held 50 KB of a 320-op step's IR.
     t._lz_cache = None
+    return st
+
+
+@state.recorder
+def to_cpu(t: WseTensor, reason: str) -> torch.Tensor:
+    """Materialise `t` (a sync if it is pending) and copy it to a new contiguous CPU tensor."""
+    st = _materialised(t, reason)
     size, stride, offset, _, dtype = t._lz_meta
     if not t._lz_full and dtype is st.dtype and t._lz_meta[3] == st.numel:
         # A view reads only the span it covers: one element of a 4M-element result must not

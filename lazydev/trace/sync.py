@@ -28,17 +28,20 @@ def upload(cpu):
 def download(buf, dtype, numel, start=0):
     """A host read of elements [start, start + numel): waits for the program writing `buf`,
     raises its error if it failed."""
-    state.check_pure()
-    _waited(_compile.wait(buf))
-    return _compile.download(buf, dtype, numel, start)
+    return _compile.download(_readable(buf), dtype, numel, start)
 
 
 def element(buf, dtype, index):
     """A host read of element `index` as a Python number, as `download` waits; None for a
     dtype it cannot read in place (download it then)."""
+    return _compile.element(_readable(buf), dtype, index)
+
+
+def _readable(buf):
+    """`buf` once the program writing it has run (its error raised if it failed)."""
     state.check_pure()
     _waited(_compile.wait(buf))
-    return _compile.element(buf, dtype, index)
+    return buf
 
 
 @state.recorder
