@@ -79,21 +79,9 @@ def bench_paired(workload: str, rounds: int, steps: int | None, warmup: int) -> 
     """`steps` per block, or None: enough for BLOCK_S of the slower backend's steps."""
     # stderr to files: lazydev's warnings must not fill a pipe nobody reads while blocks run.
     errs = {name: tempfile.TemporaryFile("w+") for name in ("eager", "wse")}
-    procs = {name: subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--workload", workload, "--warmup",
-         str(warmup), "--serve", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=err, text=True) for name, err in errs.items()}
+    procs = {name: spawn(None, name, workload, warmup, err) for name, err in errs.items()}
     try:
-        # One at a time: warm-ups must not overlap blocks.
-        step_s = max(_answer(proc, errs[name])["step_s"] for name, proc in procs.items())
-        steps = steps or max(MIN_STEPS, math.ceil(BLOCK_S / step_s))
-        ms: dict = {"eager": [], "wse": []}
-        for r in range(rounds):
-            for name in ("eager", "wse") if r % 2 == 0 else ("wse", "eager"):
-                time.sleep(SETTLE_S)
-                procs[name].stdin.write(f"{steps}\n")
-                procs[name].stdin.flush()
-                ms[name].append(_answer(procs[name], errs[name])["ms"])
+        ms, steps = take_turns(procs, errs, rounds, steps)
     finally:
         for name, proc in procs.items():
             proc.kill()
@@ -102,6 +90,35 @@ def bench_paired(workload: str, rounds: int, steps: int | None, warmup: int) -> 
     ratios = [w / e for w, e in zip(ms["wse"], ms["eager"])]
     return {"ratio": statistics.median(ratios), "ratios": ratios, "eager_ms": ms["eager"],
             "wse_ms": ms["wse"], "rounds": rounds, "steps": steps}
+
+
+def spawn(root: str | None, backend: str, workload: str, warmup: int, err):
+    """A process serving `backend`'s blocks (`serve`): this file's, or with `root` the
+    paired.py of the checkout at `root`, importing that checkout's lazydev (benchmarks/
+    revisions.py)."""
+    script, env, cwd = os.path.abspath(__file__), None, None
+    if root is not None:
+        script = os.path.join(root, "benchmarks", "paired.py")
+        env, cwd = dict(os.environ, PYTHONPATH=root), tempfile.gettempdir()
+    return subprocess.Popen([sys.executable, script, "--workload", workload, "--warmup",
+                             str(warmup), "--serve", backend], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=cwd)
+
+
+def take_turns(procs: dict, errs: dict, rounds: int, steps: int | None) -> tuple:
+    """({name: block medians in ms}, steps per block) after each process's warm-up: `rounds`
+    rounds, the order rotated by one each round (two processes: A then B, then B then A)."""
+    # One at a time: warm-ups must not overlap blocks.
+    step_s = max(_answer(proc, errs[name])["step_s"] for name, proc in procs.items())
+    steps = steps or max(MIN_STEPS, math.ceil(BLOCK_S / step_s))
+    names, ms = list(procs), {name: [] for name in procs}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            time.sleep(SETTLE_S)
+            procs[name].stdin.write(f"{steps}\n")
+            procs[name].stdin.flush()
+            ms[name].append(_answer(procs[name], errs[name])["ms"])
+    return ms, steps
 
 
 def main(argv=None) -> None:

@@ -18,11 +18,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from paired import BLOCK_S, MIN_STEPS, SETTLE_S, _answer  # noqa: E402
+from paired import BLOCK_S, MIN_STEPS, spawn, take_turns  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,37 +38,15 @@ def _worktree(rev: str, where: str) -> str:
     return where
 
 
-def _serve(root: str, backend: str, workload: str, warmup: int, err):
-    env = dict(os.environ, PYTHONPATH=root)
-    return subprocess.Popen(
-        [sys.executable, os.path.join(root, "benchmarks", "paired.py"), "--workload", workload,
-         "--warmup", str(warmup), "--serve", backend], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tempfile.gettempdir())
-
-
-def _blocks(procs: dict, errs: dict, rounds: int, steps: int | None) -> dict:
-    """Each process's block medians (ms), over `rounds` rounds in rotating order."""
-    step_s = max(_answer(proc, errs[name])["step_s"] for name, proc in procs.items())
-    steps = steps or max(MIN_STEPS, -(-BLOCK_S // step_s))
-    names, ms = list(procs), {name: [] for name in procs}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            time.sleep(SETTLE_S)
-            procs[name].stdin.write(f"{int(steps)}\n")
-            procs[name].stdin.flush()
-            ms[name].append(_answer(procs[name], errs[name])["ms"])
-    return ms
-
-
 def _compare(a, other: str) -> dict:
     """Block medians (ms) of eager, wse here and wse at the checkout `other`."""
     roots = {"eager": (ROOT, "eager"), "wse here": (ROOT, "wse"),
              f"wse at {a.rev}": (other, "wse")}
     errs = {name: tempfile.TemporaryFile("w+") for name in roots}
-    procs = {name: _serve(root, backend, a.workload, a.warmup, errs[name])
+    procs = {name: spawn(root, backend, a.workload, a.warmup, errs[name])
              for name, (root, backend) in roots.items()}
     try:
-        return _blocks(procs, errs, a.rounds, a.steps)
+        return take_turns(procs, errs, a.rounds, a.steps)[0]
     finally:
         for name, proc in procs.items():
             proc.kill()
