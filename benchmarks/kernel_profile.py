@@ -4,9 +4,12 @@ Runs a few steps of a benchmark workload on wse, dumps the step's program (lazyd
 rebuilds it with a clock around each kernel call in `wse_entry`, runs it on the dumped inputs and
 prints per-call times, the GEMMs' share and their GFLOP/s. With --thread it also runs the
 uninstrumented program on a second thread while the main thread sleeps or runs Python: what a
-program queued behind a tracing host gets (Note [Who runs a program] in runtime/queue.py).
+program queued behind a tracing host gets (Note [Who runs a program] in runtime/queue.py). With
+--again it also runs every GEMM call a second time at once and times that too: the same product
+with its operands in the caches, so the difference is what the step's data flow costs the GEMMs
+(inputs made by earlier kernels, evicted since), apart from the library's own rate.
 
-    python benchmarks/kernel_profile.py --workload mlp [--reps 20] [--top 15] [--thread]
+    python benchmarks/kernel_profile.py --workload mlp [--reps 20] [--top 15] [--thread] [--again]
 """
 from __future__ import annotations
 
@@ -48,17 +51,24 @@ def dump_step(workload: str, steps: int, directory: str) -> None:
     lazydev.debug.dump(directory)
 
 
-def instrument(src: str, n_calls: int) -> str:
-    """The program with wse_prof[c] += the seconds call c took (summed over runs)."""
+def instrument(src: str, n_calls: int, again=()) -> str:
+    """The program with wse_prof[c] += the seconds call c took (summed over runs), and for each
+    call in `again`, run once more at once, wse_again[c] += the seconds the second run took.
+    (Only for timing: a second run of a call that reads what it writes changes the values.)"""
     if src.count(CALL) != 1 or src.count(ENTRY) != 1:
         raise SystemExit("the generated entry point changed shape: update CALL in this script")
+    n = max(n_calls, 1)
+    rerun_flags = ", ".join("1" if c in again else "0" for c in range(n))
     timer = ("#include <time.h>\n"
-             f"double wse_prof[{max(n_calls, 1)}];\n"
+             f"double wse_prof[{n}];\ndouble wse_again[{n}];\n"
+             f"static const char wse_rerun[{n}] = {{{rerun_flags}}};\n"
              "static double wse_now(void) { struct timespec t; "
              "clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }\n")
     src = src.replace(ENTRY, timer + ENTRY)
+    rerun = ("\n    if (!rc && wse_rerun[c]) {\n      t0_ = wse_now();\n  " + CALL +
+             "\n      wse_again[c] += wse_now() - t0_;\n    }") if again else ""
     return src.replace(CALL, "    double t0_ = wse_now();\n" + CALL +
-                       "\n    wse_prof[c] += wse_now() - t0_;")
+                       "\n    wse_prof[c] += wse_now() - t0_;" + rerun)
 
 
 def build(directory: str, command: list, name: str) -> str:
@@ -123,6 +133,17 @@ def report(console, calls: tuple, per_call: list, walls: list, top: int) -> None
                   + (f" ({gemm_f / gemm_t / 1e9:.0f} GFLOP/s)" if gemm_t else ""))
 
 
+def report_again(console, calls: tuple, per_call: list, hot: list, again: set) -> None:
+    """The GEMM calls' time in the program against their time run again at once (--again)."""
+    ids, _, flops = calls
+    gemm_f = sum(flops[ids[c]] for c in again)
+    first, second = sum(per_call[c] for c in again), sum(hot[c] for c in again)
+    console.print(f"GEMM calls in the program {first * 1e3:.2f} ms "
+                  f"({gemm_f / first / 1e9:.0f} GFLOP/s); each run again at once, its operands "
+                  f"in the caches, {second * 1e3:.2f} ms ({gemm_f / second / 1e9:.0f} GFLOP/s); "
+                  "the program wall above includes the second runs")
+
+
 def by_op(ids: list, heads: dict, per_call: list) -> Table:
     """Time per op of the kernels' nodes (MATMUL, SUM, ...), summed over calls."""
     total, count = {}, {}
@@ -164,6 +185,8 @@ def main(argv=None) -> None:
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--thread", action="store_true",
                    help="also time the program on a second thread (main thread idle / busy)")
+    p.add_argument("--again", action="store_true",
+                   help="also time every GEMM call run a second time at once (operands hot)")
     a = p.parse_args(argv)
     torch.set_num_threads(2)
     console = Console()
@@ -173,20 +196,25 @@ def main(argv=None) -> None:
     src = open(os.path.join(directory, "program.c")).read()
     calls = calls_of(src)
     n_calls = len(calls[0])
-    open(os.path.join(directory, "timed.c"), "w").write(instrument(src, n_calls))
+    again = {c for c, k in enumerate(calls[0]) if calls[2][k]} if a.again else set()
+    open(os.path.join(directory, "timed.c"), "w").write(instrument(src, n_calls, again))
     timed = build(directory, layout["command"], "timed")
     bufs, scalars = bind(directory, layout), layout["scalars"]
     program = Program(timed)
     program.run(bufs, scalars)          # the first run pays page faults and cold caches
     prof = FFI()
-    prof.cdef(f"extern double wse_prof[{max(n_calls, 1)}];")
+    prof.cdef(f"extern double wse_prof[{max(n_calls, 1)}];\n"
+              f"extern double wse_again[{max(n_calls, 1)}];")
     lib = prof.dlopen(timed)
     for c in range(n_calls):
-        lib.wse_prof[c] = 0.0
+        lib.wse_prof[c] = lib.wse_again[c] = 0.0
     walls = timed_runs(program, bufs, scalars, a.reps)
     per_call = [lib.wse_prof[c] / (a.reps + 3) for c in range(n_calls)]   # 3 warm-up runs
     console.print(f"[bold]{a.workload}[/]: step program in {directory}")
     report(console, calls, per_call, walls, a.top)
+    if again:
+        report_again(console, calls, per_call, [lib.wse_again[c] / (a.reps + 3)
+                                                for c in range(n_calls)], again)
     if a.thread:
         plain = Program(build(directory, layout["command"], "program"))     # no timers
         for where, runs in (("main thread", timed_runs(plain, bufs, scalars, a.reps)),

@@ -47,6 +47,33 @@ def test_the_kernel_profiler_times_every_call_and_changes_no_result(tmp_path):
     assert all(timers[c] > 0 for c in range(len(ids)))
 
 
+def test_again_times_each_gemm_call_a_second_time_and_changes_no_result(tmp_path):
+    """--again: a GEMM call runs twice, the second run timed apart; a product that overwrites its
+    output (beta 0) gives the same bits the second time, so the program's result is unchanged."""
+    kp = _profiler()
+    x, w = torch.randn(48, 32), torch.randn(32, 16)
+    y = torch.relu(x.to("wse") @ w.to("wse")).sum(0)
+    lazydev.mark_step()
+    lazydev.debug.dump(str(tmp_path))      # (the inputs of the run that compiled this graph)
+    layout = json.loads((tmp_path / "layout.json").read_text())
+    src = (tmp_path / "program.c").read_text()
+    ids, _, flops = kp.calls_of(src)
+    again = {c for c, k in enumerate(ids) if flops[k]}
+    assert len(again) == 1 and len(ids) > 1
+    (tmp_path / "timed.c").write_text(kp.instrument(src, len(ids), again))
+    outs = []
+    for name in ("program", "timed"):
+        bufs = kp.bind(str(tmp_path), layout)
+        Program(kp.build(str(tmp_path), layout["command"], name)).run(bufs, layout["scalars"])
+        outs.append(bufs[len(layout["input_slots"])].to_tensor(torch.float32, (16,)))
+    assert torch.equal(outs[1], outs[0]) and outs[0].shape == y.shape
+    timed = str(tmp_path / "timed.so")
+    ffi = FFI()
+    ffi.cdef(f"extern double wse_again[{len(ids)}];")
+    seconds = ffi.dlopen(timed).wse_again
+    assert [seconds[c] > 0 for c in range(len(ids))] == [c in again for c in range(len(ids))]
+
+
 def test_the_kernel_profiler_refuses_an_entry_point_it_does_not_know():
     with pytest.raises(SystemExit, match="entry point changed shape"):
         _profiler().instrument("int wse_entry(void) { return 0; }", 1)
