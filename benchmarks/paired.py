@@ -43,8 +43,8 @@ SETTLE_S = 0.05
 
 
 def block(step, backend, steps: int, pipelined: bool = False) -> float:
-    """Median step time of `steps` steps (read each step), or with `pipelined` the mean step
-    time when each step's value is read one step late, in ms: as benchmarks/run.py times them."""
+    """Median step time of `steps` steps (read each step), or with `pipelined` when each step's
+    value is read one step late, in ms: as benchmarks/run.py times them."""
     if pipelined:
         return run_pipelined(step, backend, 0, steps) * 1e3
     return statistics.median(r["step_s"] for r in run_steps(step, backend, 0, steps)) * 1e3
