@@ -199,15 +199,7 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     input_pos = {s: i for i, s in enumerate(input_slots)}
     # Pointer codes for the call table (_entry): i >= 0 is bufs[i], -1 - off is arena + off.
     ptrs = {id(n): input_pos[n.arg] for n in datas}
-    out_nbytes, out_map, out_index = [], [], {}
-    for o in outputs:
-        if o.op is Op.DATA:
-            out_map.append(("input", input_pos[o.arg]))
-            continue
-        if id(o) not in out_index:
-            out_index[id(o)] = len(out_nbytes)
-            out_nbytes.append(o.numel * o.dtype.itemsize)
-        out_map.append(("new", out_index[id(o)]))
+    out_nbytes, out_map, out_index = _output_buffers(outputs, input_pos)
     nin = len(input_slots)
     for nid, k in out_index.items():
         ptrs[nid] = nin + k
@@ -228,8 +220,42 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
     donatable = _donatable(outputs, kernel_nodes, realized, reads,
                            {id(n): n.arg for n in datas}, fails[-1] if fails else -1)
     donated = {id(outputs[i]): slots for i, slots in donatable.items()}
+    kernels, calls, ids, out_ready = _kernel_calls(kernel_nodes, realized, emitted, ptrs,
+                                                   (out_index, len(out_nbytes)), donated,
+                                                   input_pos)
+    entry = _entry(nin + len(out_nbytes), calls, len(ids),
+                   sliced={kid for body, kid in ids.items() if SLICED in body})
+    units = _units(_preamble(prefix, _max_tile(kernel_nodes)), kernels, entry, special)
+    # Every new output has a writer; were one missed, a read would wait for the whole run.
+    layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable,
+                    [len(calls) if r is None else r for r in out_ready],
+                    any(_may_fork(k) for k in kernels))
+    return units, layout
+
+def _output_buffers(outputs: list[Node], input_pos: dict) -> tuple:
+    """(bytes per new output buffer, per output ("input", input index) or ("new", buffer index),
+    id(node) -> buffer index): an output that is an input is that buffer, and a node asked for
+    twice gets one buffer."""
+    out_nbytes, out_map, out_index = [], [], {}
+    for o in outputs:
+        if o.op is Op.DATA:
+            out_map.append(("input", input_pos[o.arg]))
+            continue
+        if id(o) not in out_index:
+            out_index[id(o)] = len(out_nbytes)
+            out_nbytes.append(o.numel * o.dtype.itemsize)
+        out_map.append(("new", out_index[id(o)]))
+    return out_nbytes, out_map, out_index
+
+
+def _kernel_calls(kernel_nodes, realized, emitted, ptrs, outs, donated, input_pos) -> tuple:
+    """(kernel sources, calls as (kernel id, pointer args, scalar slots), body -> kernel id,
+    per new output the number of calls after which it is written) for the kernel nodes in
+    order, grouped (Note [Kernel groups]) and deduplicated (Note [Kernel deduplication]).
+    `outs`: (id(node) -> output buffer index, number of output buffers)."""
+    out_index, n_out = outs
     kernels, calls, ids = [], [], {}
-    out_ready = [None] * len(out_nbytes)
+    out_ready = [None] * n_out
     for group in _groups(kernel_nodes, realized, out_index, donated):
         n, also = kernel_nodes[group[0]], [kernel_nodes[k] for k in group[1:]]
         for m in (n, *also):
@@ -244,14 +270,8 @@ def generate(outputs: list[Node], order: list[Node], realized: set, prefix: str,
             more = f" and {len(also)} more (Note [Kernel groups])" if also else ""
             kernels.append(f"/* {n!r}{more} */\nWSE_KERNEL int k{kid}({KERNEL_ARGS}) {{\n{body}")
         calls.append((kid, ptr_args, slots))
-    entry = _entry(nin + len(out_nbytes), calls, len(ids),
-                   sliced={kid for body, kid in ids.items() if SLICED in body})
-    units = _units(_preamble(prefix, _max_tile(kernel_nodes)), kernels, entry, special)
-    # Every new output has a writer; were one missed, a read would wait for the whole run.
-    layout = Layout(input_slots, out_nbytes, out_map, arena, len(calls), len(order), donatable,
-                    [len(calls) if r is None else r for r in out_ready],
-                    any(_may_fork(k) for k in kernels))
-    return units, layout
+    return kernels, calls, ids, out_ready
+
 
 
 def _may_fork(kernel: str) -> bool:
