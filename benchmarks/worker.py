@@ -79,9 +79,10 @@ def run_pipelined(step, backend, start: int, count: int) -> float:
     logs its loss without stalling does: the time from one step's start to the next's, which
     includes the read of the step before. A backend that executes asynchronously (wse's
     mark_step only queues the program) overlaps tracing step i+1 with executing step i; a
-    synchronous backend gets exactly its per-step time. A median, as the steady step is: with
-    the mean this once was, a few of this VM's slow steps (16 ms among 11 for the MLP) moved
-    the pipelined column and not the steady one."""
+    synchronous backend gets exactly its per-step time. A median, as the steady step is: a few
+    of this VM's slow steps (16-18 ms among 11 for the MLP) weigh in the mean this once was,
+    not in a median. The first step (no read before it) and the last (two reads) are the
+    extremes a median leaves out."""
     times, pending = [], None
     t0 = time.perf_counter()
     for i in range(start, start + count):
