@@ -77,19 +77,30 @@ def _answer(proc, err) -> dict:
 
 def bench_paired(workload: str, rounds: int, steps: int | None, warmup: int) -> dict:
     """`steps` per block, or None: enough for BLOCK_S of the slower backend's steps."""
-    # stderr to files: lazydev's warnings must not fill a pipe nobody reads while blocks run.
-    errs = {name: tempfile.TemporaryFile("w+") for name in ("eager", "wse")}
-    procs = {name: spawn(None, name, workload, warmup, err) for name, err in errs.items()}
-    try:
-        ms, steps = take_turns(procs, errs, rounds, steps)
-    finally:
-        for name, proc in procs.items():
-            proc.kill()
-            proc.wait()
-            errs[name].close()
+    ms, steps = blocks({"eager": (None, "eager"), "wse": (None, "wse")}, workload, warmup,
+                       rounds, steps)
     ratios = [w / e for w, e in zip(ms["wse"], ms["eager"])]
     return {"ratio": statistics.median(ratios), "ratios": ratios, "eager_ms": ms["eager"],
             "wse_ms": ms["wse"], "rounds": rounds, "steps": steps}
+
+
+def blocks(serving: dict, workload: str, warmup: int, rounds: int, steps: int | None) -> tuple:
+    """({name: block medians in ms}, steps per block) of one process per `serving` entry,
+    name -> (checkout root or None, backend) as `spawn` takes them, taking turns (take_turns);
+    the processes are stopped whatever happens."""
+    # stderr to files: lazydev's warnings must not fill a pipe nobody reads while blocks run.
+    errs = {name: tempfile.TemporaryFile("w+") for name in serving}
+    procs = {}
+    try:
+        for name, (root, backend) in serving.items():
+            procs[name] = spawn(root, backend, workload, warmup, errs[name])
+        return take_turns(procs, errs, rounds, steps)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+        for err in errs.values():
+            err.close()
 
 
 def spawn(root: str | None, backend: str, workload: str, warmup: int, err):

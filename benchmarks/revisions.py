@@ -21,7 +21,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from paired import BLOCK_S, MIN_STEPS, spawn, take_turns  # noqa: E402
+from paired import BLOCK_S, MIN_STEPS, blocks  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,18 +40,9 @@ def _worktree(rev: str, where: str) -> str:
 
 def _compare(a, other: str) -> dict:
     """Block medians (ms) of eager, wse here and wse at the checkout `other`."""
-    roots = {"eager": (ROOT, "eager"), "wse here": (ROOT, "wse"),
-             f"wse at {a.rev}": (other, "wse")}
-    errs = {name: tempfile.TemporaryFile("w+") for name in roots}
-    procs = {name: spawn(root, backend, a.workload, a.warmup, errs[name])
-             for name, (root, backend) in roots.items()}
-    try:
-        return take_turns(procs, errs, a.rounds, a.steps)[0]
-    finally:
-        for name, proc in procs.items():
-            proc.kill()
-            proc.wait()
-            errs[name].close()
+    serving = {"eager": (ROOT, "eager"), "wse here": (ROOT, "wse"),
+               f"wse at {a.rev}": (other, "wse")}
+    return blocks(serving, a.workload, a.warmup, a.rounds, a.steps)[0]
 
 
 def _ratio(a: list, b: list) -> float:
