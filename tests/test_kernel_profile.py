@@ -22,16 +22,22 @@ def _profiler():
     return module
 
 
-def test_the_kernel_profiler_times_every_call_and_changes_no_result(tmp_path):
-    kp = _profiler()
-    x, w = torch.randn(64, 32), torch.randn(32, 16)
+def _dumped(tmp_path, rows: int):
+    """relu(x @ w).sum(0) for x of `rows` x 32 run on wse and its program dumped in tmp_path:
+    (y on wse, y on the CPU, the dump's layout, its program source). The dump holds the inputs
+    of the run that compiled the graph, so each test uses its own `rows`."""
+    x, w = torch.randn(rows, 32), torch.randn(32, 16)
     y = torch.relu(x.to("wse") @ w.to("wse")).sum(0)
     lazydev.mark_step()
-    expected = torch.relu(x @ w).sum(0)
-    torch.testing.assert_close(y.cpu(), expected)
     lazydev.debug.dump(str(tmp_path))
     layout = json.loads((tmp_path / "layout.json").read_text())
-    src = (tmp_path / "program.c").read_text()
+    return y, torch.relu(x @ w).sum(0), layout, (tmp_path / "program.c").read_text()
+
+
+def test_the_kernel_profiler_times_every_call_and_changes_no_result(tmp_path):
+    kp = _profiler()
+    y, expected, layout, src = _dumped(tmp_path, 64)
+    torch.testing.assert_close(y.cpu(), expected)
     ids, heads, flops = kp.calls_of(src)
     assert len(ids) >= 2 and sum(flops.values()) == 2 * 64 * 32 * 16
     assert any(h.startswith("MATMUL float32[64, 16]") for h in heads.values())
@@ -51,12 +57,7 @@ def test_again_times_each_gemm_call_a_second_time_and_changes_no_result(tmp_path
     """--again: a GEMM call runs twice, the second run timed apart; a product that overwrites its
     output (beta 0) gives the same bits the second time, so the program's result is unchanged."""
     kp = _profiler()
-    x, w = torch.randn(48, 32), torch.randn(32, 16)
-    y = torch.relu(x.to("wse") @ w.to("wse")).sum(0)
-    lazydev.mark_step()
-    lazydev.debug.dump(str(tmp_path))      # (the inputs of the run that compiled this graph)
-    layout = json.loads((tmp_path / "layout.json").read_text())
-    src = (tmp_path / "program.c").read_text()
+    y, _, layout, src = _dumped(tmp_path, 48)
     ids, _, flops = kp.calls_of(src)
     again = {c for c, k in enumerate(ids) if flops[k]}
     assert len(again) == 1 and len(ids) > 1
