@@ -416,3 +416,30 @@ def test_slices_of_a_dataset_on_the_device_compile_once_and_train_as_on_the_cpu(
     assert lazydev.metrics.counters()["compilations"] - before <= 3
     for a, b in zip(wse, cpu):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("make", [lambda b: b[2:4].clone(), lambda b: b[3].clone(),
+                                  lambda b: torch.cat([b[2:4]]),
+                                  lambda b: b[1:3].to("wse", copy=True)])
+def test_a_clone_of_a_slice_of_a_computed_tensor_reads_and_updates_as_on_the_cpu(make):
+    """A clone of a slice of a buffer is the slice's window itself (the program returns its
+    input), so the clone's storage holds a window: reading it raised AttributeError (a read
+    marks the window final), and an in-place update of it, once no queued run held it, was
+    donated the window and wrote the rows of the tensor it was cloned from."""
+    def run(device):
+        b = torch.arange(36.0, device=device).reshape(6, 6).add_(1)
+        if device == "wse":
+            lazydev.mark_step()
+        c = make(b)
+        if device == "wse":
+            lazydev.mark_step()
+        first = c.cpu().clone()     # (on the CPU, .cpu() is c itself)
+        for k in range(3):          # the runs holding the window finish and let it go
+            torch.ones(3, device=device).mul_(k).cpu()
+        c.add_(10)
+        if device == "wse":
+            lazydev.mark_step()
+        return first, c.cpu(), b.cpu()
+
+    for got, want in zip(run("wse"), run("cpu")):
+        torch.testing.assert_close(got, want)

@@ -216,6 +216,13 @@ def bind_windows(inputs: list) -> list:
     return [BufferWindow(*b) if type(b) is tuple else b for b in inputs]
 
 
+def is_window(buf) -> bool:
+    """Whether `buf` is a window of another buffer: a program output that is one of its input
+    windows (a clone of a slice) is that window, and its memory is part of the other buffer's,
+    which other tensors may read, so it is never donated (Note [Donation])."""
+    return type(buf) is BufferWindow
+
+
 def references(buffers: list) -> list:
     """Per buffer, the references to it outside `buffers` and the queued runs, which finish
     before any program queued after them (Note [Donation])."""

@@ -290,9 +290,20 @@ class BufferWindow(Buffer):
     def ticket(self):
         return self.base.ticket
 
+    @ticket.setter
+    def ticket(self, ticket) -> None:
+        # A program whose output is one of its input windows (a clone of a slice) returns the
+        # window itself as that output's buffer (Program.execute's "in" outputs); a read that
+        # finds the run writing the base finished then marks the base final.
+        self.base.ticket = ticket
+
     @property
     def ready(self):
         return self.base.ready
+
+    @ready.setter
+    def ready(self, ready) -> None:
+        self.base.ready = ready
 
     def free(self) -> None:
         self.ptr = None             # the memory is the base buffer's

@@ -181,7 +181,7 @@ def _donations(pending, tr) -> tuple:
     compile/program.py)."""
     reads = [(i, st) for i, st in enumerate(pending)
              if st.buf is not None and st._slot_trace == tr.id
-             and not _compile.held_for_debug(st.buf)]
+             and not _compile.held_for_debug(st.buf) and not _compile.is_window(st.buf)]
     if not reads:
         return ()
     refs = _compile.references([st.buf for _, st in reads])
