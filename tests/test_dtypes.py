@@ -19,6 +19,16 @@ _SAME = {
     "int8 > 300": lambda d: torch.tensor([127, 20], dtype=torch.int8, device=d) > 300,
     "int8 == 2 ** 40": lambda d: torch.tensor([0, 1], dtype=torch.int8, device=d) == 2 ** 40,
     "uint8 fill_(-1)": lambda d: torch.zeros(2, dtype=torch.uint8, device=d).fill_(-1),
+    # one half or bfloat16 element is filled unchecked: a number out of range is an infinity
+    # (wse raised the overflow the CPU raises for more elements)
+    "torch.where(mask, half, -1e9)": lambda d: torch.where(
+        torch.tensor([True, False], device=d), torch.ones(2, dtype=torch.half, device=d), -1e9),
+    "torch.where(mask, 1e39, bfloat16)": lambda d: torch.where(
+        torch.tensor([True, False], device=d), 1e39,
+        torch.ones(2, dtype=torch.bfloat16, device=d)),
+    "half x[0] = -1e9": lambda d: (lambda x: (x.__setitem__(0, -1e9), x)[1])(
+        torch.ones(3, dtype=torch.half, device=d)),
+    "half full((1, 1), 7e4)": lambda d: torch.full((1, 1), 7e4, dtype=torch.half, device=d),
     # ATen divides an integer window's sum in the input's type (wse gave float32 means)
     "avg_pool1d int64": lambda d: F.avg_pool1d(
         torch.tensor([[[-7, 5, 9, -3, 4]]], device=d), 2),

@@ -182,6 +182,13 @@ _CASES = {
         0, torch.tensor([1], device=d), 300),
     "half ** 70000": lambda d: torch.ones(2, dtype=torch.half, device=d) ** 70000,
     "uint8 ** 300": lambda d: torch.ones(2, dtype=torch.uint8, device=d) ** 300,
+    # a float below 0 overflows an unsigned dtype (an integer wraps); wse wrapped it too
+    "uint8 masked_fill -1.0": lambda d: torch.ones(2, dtype=torch.uint8, device=d).masked_fill(
+        torch.tensor([True, False], device=d), -1.0),
+    "uint8 fill_(-0.5)": lambda d: torch.ones(2, dtype=torch.uint8, device=d).fill_(-0.5),
+    "uint8 full -1.0": lambda d: torch.full((2,), -1.0, dtype=torch.uint8, device=d),
+    "half threshold value -1e9": lambda d: torch.nn.functional.threshold(
+        torch.ones(3, dtype=torch.half, device=d), 1.0, -1e9),
     # an in-place op reading another view of the memory it writes (the CPU would read it
     # half-written; wse computed as if the input were cloned)
     "x.add_(x.t())": lambda d: (lambda x: x.add_(x.t()))(torch.ones(2, 2, device=d)),

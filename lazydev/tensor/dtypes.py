@@ -152,6 +152,8 @@ _CONVERTED = {
     aten.index_fill_.int_Scalar: (("self",), ("value",)),
     aten.pow.Tensor_Scalar: (("self",), ("exponent",)),
     aten.pow_.Scalar: (("self",), ("exponent",)),
+    aten.threshold.default: (("self",), ("value",)),
+    aten.threshold_.default: (("self",), ("value",)),
 }
 _C_TYPES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
             torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
@@ -159,16 +161,33 @@ _C_TYPES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t"
 
 
 def _overflows(v, dtype) -> bool:
-    """c10's overflows<T>(v): out of T's range; an unsigned T takes -max..max (negatives
-    wrap), a float T any infinity or NaN."""
+    """c10's overflows<T>(v): out of T's range; an unsigned T takes -max..max of an integer
+    (negatives wrap) but only 0..max of a float (fill_(-1.0) of uint8 raises), a float T any
+    infinity or NaN."""
     if dtype.is_floating_point:
         return math.isfinite(v) and abs(v) > torch.finfo(dtype).max
     if v != v:
         return True
     info = torch.iinfo(dtype)
-    if info.min == 0:
+    if info.min == 0 and type(v) is int:
         return v > info.max or -v > info.max
     return v < info.min or v > info.max
+
+
+# The CPU fills a one-element half or bfloat16 tensor without the check (its scalar_fill):
+# scalar_tensor(-1e9, dtype=half), which torch.where(mask, x, -1e9) makes of its number, and
+# x[0] = -1e9 give -inf where fill_ of more elements raises (float32 raises for both).
+_UNCHECKED_ONE = (torch.float16, torch.bfloat16)
+_FILLS = frozenset({aten.fill.Scalar, aten.fill_.Scalar, aten.full.default,
+                    aten.full_like.default, aten.new_full.default})
+
+
+def _fills_one(args, kwargs, names) -> bool:
+    """Whether a fill or full call makes a one-element tensor."""
+    if "size" in names:
+        p = names.index("size")
+        return math.prod(args[p] if p < len(args) else kwargs["size"]) == 1
+    return args[0].numel() == 1
 
 
 def _check_numbers(func, names):
@@ -194,6 +213,9 @@ def _check_numbers(func, names):
             if type(v) is float and not dtype.is_floating_point and func in _PROMOTES:
                 continue        # clamp(int tensor, 1.5) is float, not a conversion
             if type(v) in (int, float) and _overflows(v, dtype):
+                if (dtype in _UNCHECKED_ONE and func in _FILLS
+                        and _fills_one(args, kwargs, names)):
+                    continue
                 raise RuntimeError(f"value cannot be converted to type "
                                    f"{_C_TYPES.get(dtype, dtype)} without overflow")
     return check
