@@ -239,6 +239,16 @@ _HALF_SCALARS = {
     "lerp, then * 3": lambda a: torch.lerp(a, a * 2, a.abs()) * 3,
     "div, floor": lambda a: torch.div(a * 30, a.abs() + 0.07, rounding_mode="floor"),
     "div, trunc by a number": lambda a: torch.div(a, 0.03, rounding_mode="trunc"),
+    # floor_divide is div's floor: by the number as given (wse rounded 0.1 first: 1.0 // 0.1
+    # was 10, not 9)
+    "x // 0.1": lambda a: a // 0.1,
+    "x // 0-d tensor": lambda a: a.floor_divide(torch.tensor(0.3)),
+    # xlogy and a number's remainder round the number (1e5 is inf in half; wse used 1e5), and
+    # a half log is rounded before the product
+    "xlogy(x, 1e5)": lambda a: torch.xlogy(a, 1e5),
+    "xlogy(x, |x|)": lambda a: torch.xlogy(a, a.abs()),
+    "xlogy(2.5, |x|)": lambda a: torch.xlogy(2.5, a.abs()),
+    "1e5 % x": lambda a: torch.remainder(1e5, a).nan_to_num(7.0),
 }
 
 

@@ -9,6 +9,8 @@ on the CPU (tensor/dispatch.py).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import metrics
@@ -141,12 +143,14 @@ def _scalar_like(v) -> bool:
 _BINARY_OPS = {
     "mul": Op.MUL, "div": Op.DIV, "maximum": Op.MAX, "minimum": Op.MIN, "atan2": Op.ATAN2,
     "bitwise_and": Op.BITAND, "bitwise_or": Op.BITOR, "bitwise_xor": Op.BITXOR,
-    "remainder": Op.MOD, "fmod": Op.FMOD, "floor_divide": Op.FLOORDIV, "hypot": Op.HYPOT,
+    "remainder": Op.MOD, "fmod": Op.FMOD, "hypot": Op.HYPOT,
     "copysign": Op.COPYSIGN, "bitwise_left_shift": Op.SHL, "bitwise_right_shift": Op.SHR,
     "nextafter": Op.NEXTAFTER,
 }
 for _name, _op in _BINARY_OPS.items():
-    for _ov in ("Tensor", "Scalar", "default"):
+    # Scalar_Tensor (remainder(1e5, x)): decomposed, the number was not rounded to x's half type
+    # as ATen rounds it (1e5 % half is NaN, an infinity's remainder; wse gave numbers)
+    for _ov in ("Tensor", "Scalar", "default", "Scalar_Tensor"):
         if hasattr(getattr(aten, _name), _ov):
             register(getattr(getattr(aten, _name), _ov))(_binary(_op))
 
@@ -221,6 +225,29 @@ def _div_mode(spec, a, b, rounding_mode=None):
     x, y = as_node(a, wide), as_node(b, wide)
     q = ew(Op.DIV if trunc else Op.FLOORDIV, wide, spec.shape, x, y)
     return cast(Node(Op.TRUNC, wide, spec.shape, (q,)) if trunc else q, dt)
+
+
+@register(aten.floor_divide.default, aten.floor_divide.Scalar)
+def _floor_divide(spec, a, b):
+    """div(rounding_mode="floor"): ATen's kernel for both, so a half tensor's divisor is the
+    number as given, in float (x // 0.1 of half 1.0 is 9; rounded to half first it was 10)."""
+    return _div_mode(spec, a, b, "floor")
+
+
+@register(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self)
+def _xlogy(spec, a, b):
+    """ATen's kernel: NaN where y is NaN, else 0 where x is 0, else x * log(y), with a number
+    operand rounded to the result's dtype and the half types computed in float. (Decomposed,
+    xlogy(half, 1e5) used 1e5, which rounds to inf in half.)"""
+    dt = spec.dtype
+    wide = opmath(dt)
+    x, y = (cast(as_node(_number(v, dt), dt), wide) for v in (a, b))
+    log = cast(cast(Node(Op.LOG, wide, y.shape, (y,)), dt), wide)   # a half log is rounded
+    out = ew(Op.MUL, wide, spec.shape, x, log)
+    out = ew(Op.WHERE, wide, spec.shape, ew(Op.EQ, torch.bool, x.shape, x, as_node(0.0, wide)),
+             as_node(0.0, wide), out)
+    nan = ew(Op.ISNAN, torch.bool, y.shape, y)
+    return cast(ew(Op.WHERE, wide, spec.shape, nan, as_node(math.nan, wide), out), dt)
 
 
 def _promoted(a, b):
