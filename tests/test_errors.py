@@ -182,6 +182,14 @@ _CASES = {
         0, torch.tensor([1], device=d), 300),
     "half ** 70000": lambda d: torch.ones(2, dtype=torch.half, device=d) ** 70000,
     "uint8 ** 300": lambda d: torch.ones(2, dtype=torch.uint8, device=d) ** 300,
+    # bool has no subtraction, and a bool alpha needs a bool result (wse computed them)
+    "1 - mask": lambda d: 1 - torch.tensor([True, False], device=d),
+    "True - x": lambda d: True - torch.ones(2, device=d),
+    "x.add(x, alpha=True)": lambda d: (lambda x: x.add(x, alpha=True))(torch.ones(2, device=d)),
+    "sub(x, 1, alpha=True)": lambda d: torch.sub(torch.ones(2, device=d), 1, alpha=True),
+    "x.sub_(x, alpha=True)": lambda d: (lambda x: x.sub_(x, alpha=True))(torch.ones(2, device=d)),
+    "fmod of bools": lambda d: (lambda m: torch.fmod(m, m))(torch.tensor([True], device=d)),
+    "remainder of bools": lambda d: (lambda m: m % m)(torch.tensor([True], device=d)),
     # a float below 0 overflows an unsigned dtype (an integer wraps); wse wrapped it too
     "uint8 masked_fill -1.0": lambda d: torch.ones(2, dtype=torch.uint8, device=d).masked_fill(
         torch.tensor([True, False], device=d), -1.0),

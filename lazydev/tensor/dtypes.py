@@ -94,7 +94,18 @@ _REFUSED = {
     aten.lerp.Tensor: (("self", "end", "weight"), _integral),
     aten.avg_pool2d.default: (("self",), _integral),
     # Bool has no arithmetic: `long - bool` and abs/floor of bool raise on the CPU.
-    aten.sub.Tensor: (("self", "other"), _is_bool),
+    aten.sub.Tensor: (("self", "other", "alpha"), _is_bool),
+    # ... nor does `1 - mask`, `True - x` or a bool alpha of a result that is not bool (wse
+    # computed them). A Python bool argument counts as a bool dtype (`dtype` below).
+    aten.rsub.Tensor: (("self", "other", "alpha"), _is_bool),
+    aten.rsub.Scalar: (("self", "other", "alpha"), _is_bool),
+    aten.sub.Scalar: (("self", "other", "alpha"), _is_bool),
+    aten.add.Tensor: (("alpha",), _is_bool),
+    aten.add.Scalar: (("alpha",), _is_bool),
+    aten.fmod.Tensor: (("self", "other"), _is_bool),
+    aten.fmod.Scalar: (("self",), _is_bool),
+    aten.remainder.Tensor: (("self", "other"), _is_bool),
+    aten.remainder.Scalar: (("self",), _is_bool),
     aten.median.default: (("self",), _is_bool),
     aten.dot.default: (("self", "tensor"), _is_bool),
     # Bit operations of floats: no C operator either (wse failed in the C compiler, at the
