@@ -443,3 +443,22 @@ def test_a_clone_of_a_slice_of_a_computed_tensor_reads_and_updates_as_on_the_cpu
 
     for got, want in zip(run("wse"), run("cpu")):
         torch.testing.assert_close(got, want)
+
+
+def test_clones_of_slices_of_clones_are_windows_of_the_first_buffer():
+    """x = x[1:].clone() step after step: each clone is a window of the last one's memory, and
+    a window of a window is one of the first buffer (they chained, one object per step)."""
+    from lazydev.runtime import BufferWindow
+
+    def run(device):
+        x, seen = torch.arange(40.0, device=device) * 1, []
+        for _ in range(5):
+            x = x[1:].clone()
+            if device == "wse":
+                lazydev.mark_step()
+                assert type(getattr(x._st.buf, "base", None)) is not BufferWindow
+            seen.append(x.cpu().clone())
+        return seen, (x.add_(1)[2:5] * 2).cpu()
+
+    wse, cpu = run("wse"), run("cpu")
+    torch.testing.assert_close(wse, cpu)

@@ -277,13 +277,17 @@ class BufferWindow(Buffer):
     tensor/wse_tensor.py). It holds its buffer, so the buffer outlives it, and it reads as
     ready when its buffer is (a host read of it waits for the run writing the buffer)."""
 
-    __slots__ = ("base",)
+    __slots__ = ("base", "offset")
 
     def __init__(self, base: Buffer, offset: int, nbytes: int):
         if offset < 0 or offset + nbytes > base.nbytes:
             raise ValueError(f"BufferWindow: bytes [{offset}, {offset + nbytes}) of a "
                              f"{base.nbytes}-byte buffer")
-        self.base, self.nbytes = base, int(nbytes)
+        if type(base) is BufferWindow:
+            # A window of a clone's window (x = x[1:].clone() step after step) is one of the
+            # first buffer: windows do not chain, one per step, back to it.
+            base, offset = base.base, base.offset + offset
+        self.base, self.offset, self.nbytes = base, offset, int(nbytes)
         self.ptr = ffi.cast("char*", base._live_ptr()) + offset
 
     @property
