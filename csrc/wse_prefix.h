@@ -190,6 +190,14 @@ static inline int64_t wse_floordiv_i64(int64_t a, int64_t b) {
   return q;
 }
 
+/* C's / and % by -1 trap (SIGFPE) for the most negative integer, killing the process; the
+   CPU's fmod gives 0 there, and its truncating division (which traps on the CPU) wraps here. */
+static inline int64_t wse_truncdiv_i64(int64_t a, int64_t b) {
+  return b == -1 ? (int64_t)(0u - (uint64_t)a) : a / b;
+}
+
+static inline int64_t wse_fmod_i64(int64_t a, int64_t b) { return b == -1 ? 0 : a % b; }
+
 /* Result has the sign of the divisor, like Python % and torch.remainder. */
 static inline int64_t wse_mod_i64(int64_t a, int64_t b) {
   if (b == -1) return 0;

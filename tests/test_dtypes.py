@@ -29,6 +29,13 @@ _SAME = {
     "half x[0] = -1e9": lambda d: (lambda x: (x.__setitem__(0, -1e9), x)[1])(
         torch.ones(3, dtype=torch.half, device=d)),
     "half full((1, 1), 7e4)": lambda d: torch.full((1, 1), 7e4, dtype=torch.half, device=d),
+    # C's % by -1 traps for the most negative integer (SIGFPE killed the process)
+    "fmod(int32 min, -1)": lambda d: torch.fmod(torch.tensor([-2 ** 31, 7], dtype=torch.int32,
+                                                             device=d),
+                                                torch.tensor([-1, -1], dtype=torch.int32,
+                                                             device=d)),
+    "fmod(int64 min, -1)": lambda d: torch.fmod(torch.tensor([-2 ** 63, -7], device=d),
+                                                torch.tensor([-1, -1], device=d)),
     # ATen divides an integer window's sum in the input's type (wse gave float32 means)
     "avg_pool1d int64": lambda d: F.avg_pool1d(
         torch.tensor([[[-7, 5, 9, -3, 4]]], device=d), 2),
@@ -82,6 +89,16 @@ _SAME = {
     "std_mean of huge float32": lambda d: torch.std_mean(torch.tensor([1e20, 2e20, 3e20],
                                                                       device=d))[0],
 }
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_truncating_division_of_the_most_negative_integer_by_minus_one_wraps(dtype):
+    """The CPU's own kernel traps there (SIGFPE, the process dies); wse gives -a as neg does,
+    wrapping to the most negative integer, and the process lives."""
+    a = torch.tensor([torch.iinfo(dtype).min, 9, -9], dtype=dtype)
+    got = torch.div(a.to("wse"), torch.full((3,), -1, dtype=dtype, device="wse"),
+                    rounding_mode="trunc")
+    assert torch.equal(got.cpu(), a.neg())
 
 
 def _specials(d):

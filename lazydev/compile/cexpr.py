@@ -173,7 +173,7 @@ def int_division(op: Op, a: str, b: str) -> str:
     if op is Op.MOD:
         return f"wse_mod_i64({a}, {b})"
     if op in (Op.TRUNCDIV, Op.FMOD):
-        return f"({a} {'/' if op is Op.TRUNCDIV else '%'} {b})"
+        return f"wse_{'truncdiv' if op is Op.TRUNCDIV else 'fmod'}_i64({a}, {b})"
     raise CodegenUnsupported(op.name)
 
 
