@@ -190,6 +190,10 @@ _CASES = {
     "x.sub_(x, alpha=True)": lambda d: (lambda x: x.sub_(x, alpha=True))(torch.ones(2, device=d)),
     "fmod of bools": lambda d: (lambda m: torch.fmod(m, m))(torch.tensor([True], device=d)),
     "remainder of bools": lambda d: (lambda m: m % m)(torch.tensor([True], device=d)),
+    # no integer kernel for rounding to decimals (wse gave zeros)
+    "round(decimals=-1) of int64": lambda d: torch.tensor([45, -95], device=d).round(decimals=-1),
+    "round_(decimals=1) of int16": lambda d: torch.tensor([45], dtype=torch.int16,
+                                                          device=d).round_(decimals=1),
     # a float below 0 overflows an unsigned dtype (an integer wraps); wse wrapped it too
     "uint8 masked_fill -1.0": lambda d: torch.ones(2, dtype=torch.uint8, device=d).masked_fill(
         torch.tensor([True, False], device=d), -1.0),

@@ -123,6 +123,8 @@ for _op in ("gelu", "silu", "mish", "celu", "softplus", "hardswish", "hardsigmoi
     _REFUSED[getattr(aten, _op).default] = (("self",), _integral)
 for _op in ("abs", "floor", "ceil", "round", "trunc"):
     _REFUSED[getattr(aten, _op).default] = (("self",), _is_bool)
+# round to decimals has no integer kernel (wse gave zeros: x * 10 ** d in integers, rounded)
+_REFUSED[aten.round.decimals] = (("self",), _integral)
 for _op in ("bitwise_and", "bitwise_or", "bitwise_xor", "__lshift__", "__rshift__"):
     _REFUSED[getattr(aten, _op).Scalar] = (("self",), _inexact)
 _REFUSED[aten.bitwise_not.default] = (("self",), _inexact)
