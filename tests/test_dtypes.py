@@ -418,3 +418,36 @@ def test_saving_a_tensor_with_its_view_as_another_dtype_raises_as_on_the_cpu(tmp
     v = torch.ones(2, device="wse").view(torch.int32)
     torch.save(v, tmp_path / "v.pt")
     assert torch.load(tmp_path / "v.pt").tolist() == [1065353216] * 2
+
+
+_X = torch.linspace(-3, 3, 6)
+_NOT_COMPILED = {
+    "float8 cast, then float": lambda d: _X.to(d).to(torch.float8_e4m3fn).float() * 2,
+    "float8_e5m2 to bfloat16": lambda d: _X.to(d).to(torch.float8_e5m2).to(torch.bfloat16),
+    "uint32 * 3": lambda d: torch.tensor([1, 2, 4_000_000_000], dtype=torch.uint32,
+                                         device=d) * 3,
+    "uint64 sum": lambda d: torch.tensor([1, 2, 2 ** 63], dtype=torch.uint64, device=d).sum(),
+    "copy_ into float8": lambda d: torch.zeros(6, dtype=torch.float8_e4m3fn,
+                                               device=d).copy_(_X.to(d)),
+    "float8[1:3] = float32": lambda d: (lambda z: (z.__setitem__(slice(1, 3), _X[:2].to(d)),
+                                                   z)[1])(torch.ones(6, dtype=torch.float8_e4m3fn,
+                                                                     device=d)),
+    "uint32 mul_": lambda d: torch.ones(3, dtype=torch.uint32, device=d).mul_(7),
+    "empty float8, filled": lambda d: torch.empty(3, dtype=torch.float8_e5m2, device=d).fill_(1),
+    "float8 viewed as uint8, + 1": lambda d: _X.to(torch.float8_e4m3fn).to(d).view(
+        torch.uint8) + 1,
+}
+
+
+@pytest.mark.parametrize("case", list(_NOT_COMPILED))
+def test_dtypes_not_compiled_run_on_the_cpu_and_lose_nothing(case):
+    """float8 and uint16/32/64 have no C type in the compiler: recorded, a float8 cast failed
+    the step at the next sync (CodegenUnsupported) and every value the step computed was lost,
+    and an empty tensor of one was a zero node that failed the same way. Ops on them run on
+    the CPU now; their values live in device buffers."""
+    other = torch.ones(3, device="wse") * 2        # pending in the same step
+    got = _NOT_COMPILED[case]("wse")
+    want = _NOT_COMPILED[case]("cpu")
+    assert got.dtype == want.dtype
+    assert torch.equal(got.cpu().reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
+    assert torch.equal(other.cpu(), torch.full((3,), 2.0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..trace.ir import Op
+from ..trace.meta import COMPILED
 
 STORE_TYPE = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t",
@@ -18,6 +19,7 @@ STORE_TYPE = {
     torch.bool: "uint8_t",
 }
 SUPPORTED = frozenset(STORE_TYPE)
+assert SUPPORTED == COMPILED, "trace/meta.py's COMPILED names the dtypes stored here"
 HALF = {torch.float16: "f16", torch.bfloat16: "bf16"}
 
 

@@ -6,7 +6,8 @@ import weakref
 
 import torch
 
-from ..trace import build, state
+from ..trace import build, state, sync
+from ..trace.meta import COMPILED
 from ..trace.state import Storage
 
 
@@ -141,6 +142,12 @@ def empty_tensor(size, dtype):
         real = dtype.to_real()
         storage = Storage(2 * numel, real, node=_zero_fill(real, 2 * numel))
         return WseTensor(storage, size, dtype=dtype)
+    if dtype not in COMPILED:
+        # float8, uint32, ...: no node can hold their values, so zeros in a device buffer (a
+        # zero node failed the step's compilation at the next sync, losing its values)
+        return WseTensor.fresh(Storage(numel, dtype, buf=sync.upload(torch.zeros(numel,
+                                                                               dtype=dtype))),
+                               size)
     return WseTensor.fresh(Storage(numel, dtype, node=_zero_fill(dtype, numel)), size)
 
 

@@ -291,7 +291,7 @@ def _real_only(handler):
         try:
             return handler(func, args, kwargs)
         except ComplexValue:
-            return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
+            return fallback_op(func, args, kwargs, why=meta.NOT_COMPILED)
     return run
 
 
@@ -318,18 +318,23 @@ def _has_composite(func) -> bool:
 # ---- arguments --------------------------------------------------------------------------------
 
 class _ComplexArg(Exception):
-    """A complex tensor argument: complex dtypes are not compiled (the op runs on the CPU)."""
+    """A tensor argument of a dtype not compiled (complex, float8, ...): the op runs on the
+    CPU."""
+
+
+_COMPILED = meta.COMPILED
 
 
 def _node_args(a, allow_cpu=False):
     """wse tensors -> value nodes; 0-dim CPU tensors -> runtime scalars; lists recursively.
-    Raises _ComplexArg for complex tensors (checked here, in the one walk over the arguments)."""
+    Raises _ComplexArg for tensors of a dtype not compiled (checked here, in the one walk over
+    the arguments)."""
     if isinstance(a, WseTensor):
-        if a.dtype.is_complex:
+        if a.dtype not in _COMPILED or a._st.dtype not in _COMPILED:     # (x.view(uint8))
             raise _ComplexArg
         return value(a)
     if isinstance(a, torch.Tensor):
-        if a.dtype.is_complex:
+        if a.dtype not in _COMPILED:
             raise _ComplexArg
         if a.dim() == 0 and a.dtype.is_floating_point:
             return build.cast(build.scalar(a.item()), a.dtype)
@@ -356,7 +361,10 @@ def _wrap(out):
 # ---- handlers ---------------------------------------------------------------------------------
 
 def lowered_op(func, args, kwargs):
-    out = replay.run_lowered(func, args, kwargs)
+    try:
+        out = replay.run_lowered(func, args, kwargs)
+    except ComplexValue:        # a plan's argument viewing values not compiled (x.view(uint8))
+        return fallback_op(func, args, kwargs, why=meta.NOT_COMPILED)
     if out is not None:
         return out
     try:
@@ -369,13 +377,13 @@ def lowered_op(func, args, kwargs):
         raise RuntimeError(f"indices should be either on cpu or on the same device as the "
                            f"indexed tensor ({args[0].device})")
     try:
-        if meta.involves_complex(spec):
+        if meta.uncompiled(spec):
             raise _ComplexArg
         nargs = _node_args(args, allow_cpu)
         nkwargs = {k: _node_args(v, allow_cpu) for k, v in kwargs.items()} if kwargs else {}
         out = LOWERINGS[func](spec, *nargs, **nkwargs)
     except _ComplexArg:
-        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
+        return fallback_op(func, args, kwargs, why=meta.NOT_COMPILED)
     except Unsupported as e:
         if func in decomposition_table:
             return decomposed_op(func, args, kwargs)
@@ -388,8 +396,8 @@ _CPU_INDEX_OK = frozenset({aten.index.Tensor, aten._unsafe_index.Tensor, aten.in
 
 
 def decomposed_op(func, args, kwargs):
-    if meta.involves_complex((args, kwargs.values())) or _complex_out(func, args, kwargs):
-        return fallback_op(func, args, kwargs, why="complex dtypes are not compiled")
+    if meta.uncompiled((args, kwargs.values())) or _complex_out(func, args, kwargs):
+        return fallback_op(func, args, kwargs, why=meta.NOT_COMPILED)
     own = DECOMPOSITIONS.get(func)
     if own is not None:
         try:
@@ -416,7 +424,7 @@ def decomposed_op(func, args, kwargs):
 def _complex_out(func, args, kwargs) -> bool:
     # (meta.validate raises what a decomposition might not check: reflection_pad1d's pad
     # wider than the input, which it would read outside of)
-    return meta.involves_complex(meta.validate(func, args, kwargs))
+    return meta.uncompiled(meta.validate(func, args, kwargs))
 
 
 def composite_op(func, args, kwargs):

@@ -28,7 +28,7 @@ from ..trace.build import cast, scalar
 from ..trace.ir import Node, Op, toposort
 from ..trace.macro import MACRO_MIN, Macro
 from ..trace.lower import LOWERINGS
-from ..trace.meta import _VALUE_SENSITIVE, infer, involves_complex
+from ..trace.meta import _VALUE_SENSITIVE, infer, uncompiled
 from .wse_tensor import WseTensor, from_node, value, write
 from . import dtypes
 
@@ -277,7 +277,7 @@ def build(lowered, fn, args, kwargs, n_inputs: int) -> Plan:
     """Plan of lowering rule `fn` of op `lowered`: lowered twice with different probes, kept
     if both runs agree (Note [Replay plans])."""
     spec = infer(lowered, args, kwargs)
-    if involves_complex(spec):
+    if uncompiled((spec, args)):
         raise _NotReplayable
     if dtypes.has_rule(lowered):
         dtypes.check(lowered, args, kwargs)     # Note [Checked plans]

@@ -17,6 +17,7 @@ import torch
 from .. import metrics
 from ..trace import build, state, sync
 from ..trace.ir import Node, Op
+from ..trace.meta import COMPILED
 from ..trace.state import Storage
 
 WSE = torch.device("wse", 0)
@@ -283,7 +284,8 @@ def _refuse_graph_tracing(func) -> None:
 # only: complex writes go through write_tensor, which writes the real view.
 
 class ComplexValue(TypeError):
-    """value()/write() of a complex tensor: complex values have no IR node."""
+    """value()/write() of a complex tensor, or of another dtype not compiled (float8, uint32):
+    such values have no IR node."""
 
     def __init__(self, dtype):
         super().__init__(f"{dtype} values are not compiled on wse; this op cannot take them")
@@ -302,7 +304,9 @@ def real_view(t: WseTensor) -> WseTensor:
 
 def write_tensor(t: WseTensor, src: WseTensor) -> None:
     """t.copy_(src) for wse tensors: src broadcast to t and cast to its dtype, complex or not."""
-    if not (t.dtype.is_complex or src.dtype.is_complex):
+    if _uncompiled(t) and not t.dtype.is_complex:
+        _write_on_cpu(t, src)
+    elif not (t.dtype.is_complex or src.dtype.is_complex):
         write(t, value(src))
     elif not t.dtype.is_complex:
         warnings.warn("Casting complex values to real discards the imaginary part", stacklevel=3)
@@ -319,6 +323,21 @@ def write_tensor(t: WseTensor, src: WseTensor) -> None:
         zero = build.full(0, x.dtype, x.shape)
         pair = Node(Op.CAT, x.dtype, x.shape[:-1] + (2,), (x, zero), len(x.shape) - 1)
         write(real_view(t), pair)
+
+
+def _uncompiled(t: WseTensor) -> bool:
+    return t.dtype not in COMPILED or t._st.dtype not in COMPILED
+
+
+def _write_on_cpu(t: WseTensor, src: WseTensor) -> None:
+    """t.copy_(src) into a tensor whose values are not compiled (float8, uint32; every in-place
+    op on one runs on the CPU and copies its result back here): the storage's bytes are
+    updated on the CPU and uploaded again (a sync)."""
+    st = t._st
+    host = to_cpu(WseTensor(st, (st.numel,), (1,), 0, dtype=st.dtype), reason="cpu")
+    size, stride, offset = t._lz_meta[:3]
+    host.view(t.dtype).as_strided(size, stride, offset).copy_(to_cpu(src, reason="cpu"))
+    st.replace_buffer(sync.upload(host))
 
 
 def _regrown(t: WseTensor) -> None:
@@ -352,7 +371,8 @@ def value(t: WseTensor) -> Node:
     if t._lz_meta[3] != st.numel:
         _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
-    if dtype is not st.dtype and not bitcasts(dtype, st.dtype):
+    if (dtype is not st.dtype and not bitcasts(dtype, st.dtype) or dtype not in COMPILED
+            or st.dtype not in COMPILED):
         raise ComplexValue(t.dtype)
     if t._lz_full:
         node = st.value(size)
@@ -400,7 +420,8 @@ def write(t: WseTensor, node: Node) -> None:
     if t._lz_meta[3] != st.numel:
         _regrown(t)
     size, stride, offset, numel, dtype = t._lz_meta
-    if dtype is not st.dtype and not bitcasts(dtype, st.dtype):
+    if (dtype is not st.dtype and not bitcasts(dtype, st.dtype) or dtype not in COMPILED
+            or st.dtype not in COMPILED):
         raise ComplexValue(t.dtype)
     if node.dtype is not dtype:
         node = build.cast(node, dtype)

@@ -30,12 +30,20 @@ class Spec:
         return f"Spec({list(self.shape)}, {self.dtype}, stride={self.stride}, offset={self.offset})"
 
 
-def involves_complex(x) -> bool:
-    """Whether a spec, tensor or (nested) argument list involves a complex dtype."""
+# The dtypes the compiler generates code for (compile/cexpr.py STORE_TYPE). An op on another
+# (complex, float8, uint16/32/64) runs on the CPU: recorded, a float8 cast failed the step's
+# compilation at the next sync and lost every value the step computed.
+COMPILED = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                      torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
+NOT_COMPILED = "complex, float8 and uint16/32/64 dtypes are not compiled"
+
+
+def uncompiled(x) -> bool:
+    """Whether a spec, tensor or (nested) argument list involves a dtype not in COMPILED."""
     if isinstance(x, (torch.Tensor, Spec)):
-        return x.dtype.is_complex
+        return x.dtype not in COMPILED
     if isinstance(x, (list, tuple, type({}.values()))):
-        return any(involves_complex(v) for v in x)
+        return any(uncompiled(v) for v in x)
     return False
 
 
