@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import lazydev
 from lazydev.compile import RecompileLimitError, cache
@@ -416,6 +417,27 @@ def test_slices_of_a_dataset_on_the_device_compile_once_and_train_as_on_the_cpu(
     assert lazydev.metrics.counters()["compilations"] - before <= 3
     for a, b in zip(wse, cpu):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("op", [lambda x, w, b: x.softmax(-1),
+                                lambda x, w, b: F.layer_norm(x, (16,)),
+                                lambda x, w, b: F.linear(x, w, b),
+                                lambda x, w, b: F.cross_entropy(x, torch.arange(
+                                    8, device=x.device))])
+def test_ops_recorded_as_calls_on_windows_at_new_offsets_compile_once(op):
+    """Softmax, layer norm, a linear layer with a bias and cross entropy record CALL nodes
+    (Note [Macro nodes]) whose key holds their macro; a plan, and its macro, was made per
+    signature, which holds the offset, so a batch at a new offset of data on the device made
+    a new graph key and compiled at every step (Note [Shared macros])."""
+    torch.manual_seed(0)
+    data, w, b = torch.randn(160, 16), torch.randn(4, 16), torch.randn(4)
+    on = [t.to("wse") for t in (data, w, b)]
+    lazydev.mark_step()
+    before = lazydev.metrics.counters()["cache_misses"]
+    for i in range(6):
+        got = op(on[0][i * 8:(i + 1) * 8], on[1], on[2]).cpu()
+        torch.testing.assert_close(got, op(data[i * 8:(i + 1) * 8], w, b))
+    assert lazydev.metrics.counters()["cache_misses"] - before == 1
 
 
 @pytest.mark.parametrize("make", [lambda b: b[2:4].clone(), lambda b: b[3].clone(),

@@ -26,7 +26,7 @@ from .. import metrics
 from ..trace import state
 from ..trace.build import cast, scalar
 from ..trace.ir import Node, Op, toposort
-from ..trace.macro import MACRO_MIN, Macro
+from ..trace.macro import MACRO_MIN, shared_macro
 from ..trace.lower import LOWERINGS
 from ..trace.meta import _VALUE_SENSITIVE, infer, uncompiled
 from .wse_tensor import WseTensor, from_node, value, write
@@ -65,7 +65,7 @@ class Plan:
     __slots__ = ("macro", "_scalars", "_as_calls", "_one", "args_only")
 
     def __init__(self, consts, recipes, out, n_inputs: int):
-        self.macro = Macro(consts, recipes, out, n_inputs)
+        self.macro = shared_macro(consts, recipes, out, n_inputs)
         self._scalars = [(r[4], r[1]) for r in recipes if r[3] is None]
         # Every runtime scalar is a float argument's (none a constant of the lowering): a
         # foreach call may then share this plan's scalar nodes among its elements.

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from .ir import Node, Op, local_key, toposort
+from .ir import Node, Op, _arg_id, local_key, toposort
 
 MACRO_MIN = 3       # node recipes from which a plan is recorded as CALL nodes
+_MAX_SHARED = 20000  # macros kept by structure (as replay's plans: a bound, not a working size)
 _CALL = Op.CALL      # read once: `Op.X` costs a tenth of a microsecond (trace/state.py)
 
 
@@ -35,6 +36,29 @@ def _step(op, dtype, shape, refs, arg) -> tuple:
         return op, dtype, shape, None, False, arg, None
     get = itemgetter(*refs) if refs else _no_sources
     return op, dtype, shape, get, len(refs) == 1, arg, local_key(op, dtype, shape, arg)
+
+
+# Note [Shared macros]
+# A CALL node's key holds its macro object, and a plan, and so its macro, is made per signature,
+# which holds each tensor argument's strides and offset. So a window of device data at a new
+# offset each step (softmax(data[i * b:(i + 1) * b]), Note [Windows]) made a new macro of the
+# same recipes, a new graph key, and a compilation per step. The recipes do not depend on
+# strides or offsets (a lowering sees placeholders of a shape and dtype), so plans of the same
+# structure share one macro.
+_SHARED: dict = {}
+
+
+def shared_macro(consts, recipes, out, n_inputs: int) -> "Macro":
+    """The Macro of these recipes, one per structure (Note [Shared macros])."""
+    key = (tuple([c.key for c in consts]), n_inputs, out,
+           tuple([(op, dtype, shape, refs, None if arg is None else _arg_id(arg))
+                  for op, dtype, shape, refs, arg in recipes]))
+    macro = _SHARED.get(key)
+    if macro is None:
+        if len(_SHARED) >= _MAX_SHARED:
+            _SHARED.clear()
+        macro = _SHARED[key] = Macro(consts, recipes, out, n_inputs)
+    return macro
 
 
 class Macro:
