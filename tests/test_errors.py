@@ -306,3 +306,14 @@ def test_negating_a_negative_constant_compiles(dtype):
     y = torch.zeros(3, dtype=dtype, device="wse").fill_(-2).abs_()
     assert x.cpu().tolist() == [1, 1, 1] and y.cpu().tolist() == [2, 2, 2]
 
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided], ids=str)
+def test_a_nested_tensor_of_wse_tensors_says_it_is_not_supported(layout):
+    """torch.nested of wse tensors failed inside PyTorch's symbolic sizes (jagged:
+    AttributeError: 'NestedIntNode' object has no attribute 'add') or an internal assert
+    (strided: "NestedTensorImpl doesn't support sizes"); it now says what to do."""
+    x = torch.randn(2, 4, 8, device="wse")
+    with pytest.raises(NotImplementedError, match="nested tensors are not supported on wse"):
+        torch.nested.nested_tensor([x[0, :2], x[1, :4]], layout=layout)
+    torch.testing.assert_close((x * 2).cpu(), x.cpu() * 2)

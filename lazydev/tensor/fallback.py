@@ -10,6 +10,7 @@ from torch.utils import _pytree as pytree
 
 from .. import log, metrics
 from ..trace import sync
+from ..trace.meta import NestedUnsupported
 from .overlap import arg_at
 from .sparse import WseSparseTensor
 from .wse_tensor import WseTensor, from_cpu, to_cpu, write_tensor
@@ -18,6 +19,8 @@ aten = torch.ops.aten
 
 
 def _upload(cpu: torch.Tensor) -> WseTensor:
+    if cpu.is_nested:
+        raise NestedUnsupported()
     if cpu.layout != torch.strided:     # host-resident (tensor/sparse.py)
         return WseSparseTensor(cpu.detach())
     return from_cpu(cpu.detach().contiguous())

@@ -47,6 +47,17 @@ def uncompiled(x) -> bool:
     return False
 
 
+class NestedUnsupported(NotImplementedError):
+    """A nested tensor met a wse op: it has no strided sizes to record (torch.nested's jagged
+    layout failed inside its symbolic sizes, the strided one in an internal assert)."""
+
+    def __init__(self):
+        super().__init__("nested tensors are not supported on wse (torch.nested is a prototype "
+                         "API): pad the sequences to one length (torch.nested.to_padded_tensor "
+                         "on the CPU, or lazydev.pad_to_bucket), or keep the nested tensor on "
+                         "the CPU")
+
+
 class MetaUnsupported(Exception):
     """The op has no meta kernel: the caller falls back to the CPU."""
 
@@ -108,6 +119,8 @@ def _to_meta(a):
         base = torch.empty((max(numel, 1),), dtype=dtype, device="meta")
         return base.as_strided(size, stride, offset)
     if isinstance(a, torch.Tensor):
+        if a.is_nested:
+            raise NestedUnsupported()
         return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
     if isinstance(a, (list, tuple)):
         return type(a)(_to_meta(x) for x in a)
