@@ -364,6 +364,30 @@ def test_moving_a_model_off_wse_keeps_its_parameters_and_ties():
     assert [p is q for p, q in zip(model.parameters(), params)] == [True] * len(params)
 
 
+@pytest.mark.parametrize("convert", [lambda m: m.to("wse"), lambda m: m.float(),
+                                     lambda m: m.to(torch.float32), lambda m: m.to("wse:0")])
+def test_a_conversion_that_changes_nothing_between_forward_and_backward(convert):
+    """model.to("wse") of a model already there is nothing on the CPU or CUDA; here it swapped
+    each Parameter for itself, which poisoned the AccumulateGrad nodes of the graph not yet run
+    backward: loss.backward() raised "Trying to execute AccumulateGrad node that was poisoned
+    by swap_tensors"."""
+    def run(device):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2)).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        params = list(m.parameters())
+        loss = m(torch.randn(3, 4).to(device)).pow(2).sum()
+        if device == "wse":
+            convert(m)
+        loss.backward()
+        opt.step()
+        assert [p is q for p, q in zip(m.parameters(), params)] == [True] * len(params)
+        return [p.detach().cpu() for p in m.parameters()]
+
+    for got, want in zip(run("wse"), run("cpu")):
+        assert_same(got, want)
+
+
 def test_a_model_with_old_style_weight_norm_moves_to_wse_and_trains():
     """torch.nn.utils.weight_norm keeps `weight` computed from weight_g, so swapping weight_g
     into a wse tensor is refused: .to("wse") raised "Couldn't swap Linear.weight_g". It moves

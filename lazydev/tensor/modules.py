@@ -72,9 +72,48 @@ def _caller_level() -> int:
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
 
+def _first_changed(module: torch.nn.Module, fn):
+    """None when `fn` returns every parameter, gradient and buffer of the module tree itself
+    (model.to("wse") or .float() of a model already so: Tensor.to returns its tensor); else
+    (t, fn(t)) for the first parameter it changes, or (t, None) for a gradient or buffer, or
+    for a tree with its own _apply (an RNN's, a user's moving other tensors)."""
+    if any(type(m)._apply is not _apply for m in module.modules()):
+        return module, None
+    with torch.no_grad():                               # as _apply converts parameters
+        for t in module.parameters():
+            out = fn(t)
+            if out is not t:
+                return t, out
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    for t in [*grads, *module.buffers()]:
+        if fn(t) is not t:
+            return t, None
+    return None
+
+
+def _reusing(fn, t, out):
+    """`fn`, giving `out` for `t` the first time (the check above converted it already)."""
+    pending = [out]
+
+    def apply(x):
+        if x is t and pending[0] is not None:
+            done, pending[0] = pending[0], None
+            return done
+        return fn(x)
+    return apply
+
+
 def _apply(self, fn, recurse=True):
     if _inside[0] or torch.__future__.get_swap_module_params_on_conversion():
         return _plain_apply(self, fn, recurse)      # the user's own choice to swap is kept
+    # A conversion that changes nothing is not run: swapping a Parameter for itself poisoned the
+    # AccumulateGrad node of a graph not yet run backward (model.to("wse") between forward and
+    # backward made loss.backward() raise), where the CPU's set_data changes nothing.
+    first = _first_changed(self, fn) if recurse else ()
+    if first is None:
+        return self
+    if first and first[1] is not None:
+        fn = _reusing(fn, *first)
     _inside[0] = True
     try:
         try:
