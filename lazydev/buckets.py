@@ -12,6 +12,8 @@ of the real entries, to weight per-example losses with (see the example below).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .config import config
@@ -31,10 +33,16 @@ def bucket_size(n: int, buckets=None) -> int:
 
 def pad_to_bucket(x: torch.Tensor, dim: int = 0, buckets=None, value=0):
     """(x padded along `dim` to its bucket with `value`, bool mask of the real entries along
-    `dim`). Both live on x's device; padding happens before upload when x is on the CPU."""
+    `dim`). Both live on x's device. Pad a CPU tensor, then upload it: a wse tensor's padding is
+    recorded on the device, on an input of the unpadded size, so each size still compiles its
+    own program (it warns)."""
     dim = dim % x.dim()
     n = x.shape[dim]
     size = bucket_size(n, buckets)
+    if x.device.type == "wse" and size != n:
+        warnings.warn("lazydev.pad_to_bucket of a tensor already on wse: the padding is recorded "
+                      "on the device, so each size still compiles its own program; pad the CPU "
+                      "tensor before .to('wse')", stacklevel=2)
     keep = torch.zeros(size, dtype=torch.bool)
     keep[:n] = True
     if size == n:

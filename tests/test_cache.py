@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -256,6 +257,18 @@ def test_padding_to_buckets_bounds_recompiles_and_keeps_the_loss(fresh_cache):
         torch.testing.assert_close(losses[-1], (x @ w).square().sum(1).mean().item(),
                                    rtol=1e-5, atol=1e-6)
     assert lazydev.metrics.counters()["compilations"] == 1
+
+
+def test_padding_a_tensor_already_on_wse_warns_that_it_does_not_bound_compiles():
+    """Padded on the device, the program's input is the unpadded tensor, so each size compiled
+    its own program, silently; the same tensor padded on the CPU does not warn."""
+    with pytest.warns(UserWarning, match="pad the CPU tensor before"):
+        xp, keep = lazydev.pad_to_bucket(torch.ones(5, 2).to("wse"), buckets=(8,))
+    assert xp.shape == (8, 2) and keep.cpu().tolist() == [True] * 5 + [False] * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazydev.pad_to_bucket(torch.ones(5, 2), buckets=(8,))
+        lazydev.pad_to_bucket(torch.ones(8, 2).to("wse"), buckets=(8,))     # nothing to pad
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="no /proc/cpuinfo to read")
