@@ -65,6 +65,10 @@ def main(args) -> int:
     if args.action == "ls":
         return _ls(console)
     if args.action == "show":
+        if not args.key:
+            console.print("[red]show needs a KEY[/] (a unique prefix is enough): "
+                          "`python -m lazydev cache ls` lists them")
+            return 2
         return _show(console, args.key)
     if args.action == "stats":
         return _stats(console)

@@ -221,6 +221,10 @@ def test_cache_cli_and_debug_dump(tmp_path, fresh_cache):
     ls = subprocess.run([sys.executable, "-m", "lazydev", "cache", "ls"], env=env,
                         capture_output=True, text=True, timeout=120)
     assert ls.returncode == 0 and "1 entries" in ls.stdout
+    show = subprocess.run([sys.executable, "-m", "lazydev", "cache", "show"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    # without a key it said "no entries match None"
+    assert show.returncode == 2 and "show needs a KEY" in show.stdout
 
 
 def test_cache_clear_with_a_key_removes_that_entry_only(fresh_cache):
