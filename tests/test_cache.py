@@ -179,6 +179,20 @@ def test_strict_mode_raises_on_a_stray_item_and_names_its_line():
     assert y.item() == pytest.approx(x.cpu().exp().sum().item(), rel=1e-6)
 
 
+def test_a_fallback_strict_mode_refuses_is_not_counted():
+    """bincount (a data-dependent size: the CPU's kernel) refused by strict mode still counted
+    as a fallback, so one that then ran showed as two."""
+    x = torch.tensor([1, 1, 3]).to("wse") * 1
+    lazydev.config(strict_syncs=True)
+    try:
+        with pytest.raises(StrictSyncError, match="bincount"):
+            torch.bincount(x)
+    finally:
+        lazydev.config(strict_syncs=False)
+    assert torch.equal(torch.bincount(x).cpu(), torch.tensor([0, 2, 0, 1]))
+    assert lazydev.metrics.counters()["fallbacks"] == {"aten.bincount.default": 1}
+
+
 def test_sync_ledger_counts_implicit_syncs_per_line():
     x = torch.randn(4).to("wse")
     for _ in range(3):

@@ -45,11 +45,11 @@ def _mutated_positions(func):
 def fallback_op(func, args, kwargs, why="no lowering"):
     """Run on the CPU: materialise the inputs, run PyTorch's CPU kernel, upload the outputs."""
     name = str(func)
-    metrics.fallback(name)
-    log.emit("fallback", f"{name} runs on the CPU ({why}) at [green]{log.user_frame()}[/]")
     outs = _out_names(func)
     if _reads_device_values(args, kwargs, outs):
-        sync.sync(f"fallback:{name}")
+        sync.sync(f"fallback:{name}")      # (strict_syncs may refuse it: then not counted)
+    metrics.fallback(name)
+    log.emit("fallback", f"{name} runs on the CPU ({why}) at [green]{log.user_frame()}[/]")
     cpu_args = _to_cpu_args(args)
     cpu_kwargs = {k: _blank(v) if k in outs else _to_cpu_args(v) for k, v in kwargs.items()}
     if isinstance(cpu_kwargs.get("device"), torch.device) or cpu_kwargs.get("device") == "wse":
