@@ -71,6 +71,21 @@ def test_foreach_in_place_on_lists_writes_each_tensor():
         assert_same(x, y)
 
 
+
+@pytest.mark.parametrize("device", ["cpu", "wse"])
+def test_optimizer_step_between_backwards_is_seen_by_autograd(device):
+    """opt.step() (foreach in-place ops) bumps the parameters' versions, so a second backward
+    through a graph that saved them raises, as on the CPU, instead of using the new values."""
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]).to(device))
+    x = torch.ones(3, device=device, requires_grad=True)
+    loss = (x * w).sum()
+    loss.backward(retain_graph=True)
+    version = w._version
+    torch.optim.SGD([w], lr=1.0, foreach=True).step()
+    assert w._version > version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
 @pytest.mark.parametrize("kw", [dict(momentum=0.9), dict(momentum=0.9, nesterov=True,
                                                           weight_decay=1e-4)], ids=str)
 def test_sgd_gives_the_cpus_parameters_bit_for_bit(kw):

@@ -647,7 +647,19 @@ def _write_back(target, res):
 
 def foreach_op(func, args, kwargs):
     """_foreach_X(lists...) -> [X(elements...)], recorded per element (tensor/foreach.py; the
-    generic path below calls the element op through torch for the overloads it cannot map)."""
+    generic path calls the element op through torch for the overloads it cannot map).
+
+    An in-place one bumps its lists' version counters, as the CPU's (which runs X_ per element
+    through the dispatcher) and CUDA's (increment_version) do: autograd's check that a saved
+    tensor was not modified sees an optimizer step between two backwards."""
+    out = _foreach_op(func, args, kwargs)
+    written = [t for pos in _mutated_positions(func) for t in arg_at(func, pos, args, kwargs)]
+    if written:
+        torch._C._increment_version(written)
+    return out
+
+
+def _foreach_op(func, args, kwargs):
     if func._overloadname == "Tensor" and len(args) == 4:
         # addcmul/addcdiv by a tensor of scalars: ATen reads it into a list of numbers
         # (convert_tensor_to_scalar_list), so the call is its ScalarList overload. A tensor that
