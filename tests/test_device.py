@@ -612,6 +612,32 @@ def test_writing_an_expanded_tensor_raises_or_not_as_on_the_cpu(name):
         assert_same(outcome["wse"], outcome["cpu"])
 
 
+_SELF_OVERLAPPING_WRITES = {
+    "unfold add_": lambda x: x.reshape(6, 1).unfold(0, 2, 1).add_(1),
+    "unfold div_": lambda x: x.unfold(0, 2, 1).div_(2),
+    "unfold index_add_": lambda x: x.unfold(0, 2, 1).index_add_(
+        1, torch.tensor([1, 1], device=x.device), torch.ones(5, 2, device=x.device)),
+    "unfold masked_fill_": lambda x: x.unfold(0, 3, 1).masked_fill_(
+        torch.tensor([True, False, True], device=x.device), -1.0),
+    "as_strided copy_": lambda x: x.as_strided((2, 2), (1, 1)).copy_(
+        torch.tensor([[1.0, 2.0], [3.0, 4.0]], device=x.device)),
+    "empty expanded add_": lambda x: x[:0, None].expand(0, 2).add_(1),
+}
+
+
+@pytest.mark.parametrize("name", _SELF_OVERLAPPING_WRITES)
+def test_writing_a_self_overlapping_view_leaves_the_cpus_memory(name):
+    """A view whose elements share memory with non-zero strides (unfold with a step under its
+    size) is written element by element on the CPU, each location keeping its last write; the
+    device's functional form kept one element's result per location. One without elements is
+    written as the CPU does, not refused."""
+    got = torch.arange(6.0, device="wse")
+    want = torch.arange(6.0)
+    _SELF_OVERLAPPING_WRITES[name](got)
+    _SELF_OVERLAPPING_WRITES[name](want)
+    assert_same(got.cpu(), want)
+
+
 def test_a_list_of_wse_scalars_makes_a_tensor():
     """torch.tensor([losses...]) reads each 0-d wse tensor as .item() does (it raised
     NotImplementedError: torch.tensor reaches _local_scalar_dense below the Python key)."""

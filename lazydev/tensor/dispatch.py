@@ -159,7 +159,7 @@ def _choose(func):
     if written and torch.Tag.inplace_view not in func.tags and func not in overlap.MAY_OVERLAP \
             and not func.name().startswith("aten::_foreach_"):
         partial = torch.Tag.pointwise in func.tags or func is aten.copy_.default
-        handler = overlap.refused(handler, written, partial)
+        handler = overlap.refused(handler, written, partial, _to_cpu_args)
     return overlap.on_shared_memory(func, handler, _to_cpu_args)
 
 

@@ -14,7 +14,7 @@ import math
 import torch
 
 from .. import log, metrics
-from .replay import overlaps_itself
+from .replay import may_overlap_itself, overlaps_itself
 from .wse_tensor import WseTensor, from_cpu, to_cpu, write_tensor
 
 aten = torch.ops.aten
@@ -64,21 +64,27 @@ def _no_gaps(size, stride) -> bool:
     return True
 
 
-def refused(handler, positions, partial: bool):
+def refused(handler, positions, partial: bool, to_cpu_args):
     """An op that writes a tensor, one element of which stands for several (an expanded
     one), raises as the CPU's does: the elements would get one of several results. So does
     one (`partial`: a TensorIterator op, as the pointwise ones and copy_) that reads another
-    view of the written memory, which the CPU would read half-written (x.add_(x.t()))."""
+    view of the written memory, which the CPU would read half-written (x.add_(x.t())). One that
+    writes a view whose elements may share memory otherwise (x.unfold(0, 2, 1).add_(1)) runs
+    on the CPU, element by element as there (`on_storage`)."""
     def run(func, args, kwargs):
         for pos in positions:
             t = arg_at(func, pos, args, kwargs)
             if type(t) is not WseTensor:
                 continue
-            if overlaps_itself(t):
-                raise RuntimeError(
-                    "unsupported operation: more than one element of the written-to tensor "
-                    "refers to a single memory location. Please clone() the tensor before "
-                    "performing the operation.")
+            if may_overlap_itself(t):
+                if overlaps_itself(t):
+                    raise RuntimeError(
+                        "unsupported operation: more than one element of the written-to tensor "
+                        "refers to a single memory location. Please clone() the tensor before "
+                        "performing the operation.")
+                if len(positions) == 1 and t.dtype is t._st.dtype:
+                    return on_storage(func, pos, args, kwargs, to_cpu_args,
+                                      "its elements overlap")
             if partial and any(type(a) is WseTensor and a._st is t._st and partly_overlap(t, a)
                                for a in args):
                 raise RuntimeError(
@@ -92,30 +98,38 @@ def refused(handler, positions, partial: bool):
 
 
 def on_shared_memory(func, handler, to_cpu_args):
-    """`handler`, except that a write to an expanded tensor runs on the CPU, on a view of the
-    whole storage with the tensor's strides: masked_fill_ of zeros(3).expand(2, 3) writes a
-    location if any element over it is masked, index_put_ leaves each location with the last
-    value put there. The device's functional form computes each element apart and keeps one
-    element's result per location (`a[0] = v` was undone by row 1's old value). A deprecated
-    use (the CPU warns), so it is a counted fallback rather than a lowering."""
+    """`handler`, except that a write to an expanded tensor runs on the CPU (`on_storage`):
+    masked_fill_ of zeros(3).expand(2, 3) writes a location if any element over it is masked,
+    index_put_ leaves each location with the last value put there. The device's functional
+    form computes each element apart and keeps one element's result per location (`a[0] = v`
+    was undone by row 1's old value)."""
     if func not in _ELEMENTWISE_ORDER:
         return handler
     pos = 0                             # every op in the set writes `self`
 
     def run(func, args, kwargs):
         t = arg_at(func, pos, args, kwargs)
-        if type(t) is not WseTensor or not overlaps_itself(t) or t.dtype is not t._st.dtype:
+        if type(t) is not WseTensor or not may_overlap_itself(t) or t.dtype is not t._st.dtype:
             return handler(func, args, kwargs)
-        metrics.fallback(str(func))
-        log.emit("fallback", f"{func} runs on the CPU (it writes an expanded tensor) at "
-                 f"[green]{log.user_frame()}[/]")
-        st = t._st
-        whole = WseTensor._view(st, *WseTensor.view_meta(st, (st.numel,), (1,), 0))
-        cpu = to_cpu(whole, reason=f"fallback:{func}")
-        view = cpu.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
-        cpu_args = (view,) + tuple(to_cpu_args(a) for a in args[1:]) if args else ()
-        cpu_kwargs = {k: view if k == "self" else to_cpu_args(v) for k, v in kwargs.items()}
-        func(*cpu_args, **cpu_kwargs)
-        write_tensor(whole, from_cpu(cpu))
-        return t
+        return on_storage(func, pos, args, kwargs, to_cpu_args, "it writes an expanded tensor")
     return run
+
+
+def on_storage(func, pos, args, kwargs, to_cpu_args, why):
+    """Run in-place op `func` on the CPU on a view of the whole storage of its argument `pos`,
+    with that tensor's strides, so each memory location several of its elements share is left
+    with what the CPU's element-by-element loop leaves last. A use PyTorch warns about or
+    calls undefined, so it is a counted fallback rather than a lowering."""
+    metrics.fallback(str(func))
+    log.emit("fallback", f"{func} runs on the CPU ({why}) at [green]{log.user_frame()}[/]")
+    t = arg_at(func, pos, args, kwargs)
+    st = t._st
+    whole = WseTensor._view(st, *WseTensor.view_meta(st, (st.numel,), (1,), 0))
+    cpu = to_cpu(whole, reason=f"fallback:{func}")
+    view = cpu.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
+    name = func._schema.arguments[pos].name
+    cpu_args = tuple(view if i == pos else to_cpu_args(a) for i, a in enumerate(args))
+    cpu_kwargs = {k: view if k == name else to_cpu_args(v) for k, v in kwargs.items()}
+    func(*cpu_args, **cpu_kwargs)
+    write_tensor(whole, from_cpu(cpu))
+    return t

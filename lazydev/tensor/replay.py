@@ -462,7 +462,7 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
     outs = [out] if type(out) is int else list(out)
     for p, ref in zip(positions, outs):
         target = args[p]
-        if type(target) is not WseTensor or ref is None or overlaps_itself(target):
+        if type(target) is not WseTensor or ref is None or may_overlap_itself(target):
             raise _NotReplayable    # (the general path raises where the CPU does)
         shape, dtype = _ref_meta(plan, ref, tensors)
         if shape != tuple(target.shape) or not torch.can_cast(dtype, target.dtype):
@@ -472,9 +472,31 @@ def _inplace_plan(fn, positions, args, kwargs, tensors) -> Plan:
 
 def overlaps_itself(t: WseTensor) -> bool:
     """Whether elements of `t` share memory (an expanded tensor): the CPU's
-    has_internal_overlap, which refuses most writes to it."""
+    has_internal_overlap, which refuses most writes to it (not to one without elements)."""
     size, stride = t._lz_meta[:2]
-    return 0 in stride and any(s == 0 and n > 1 for n, s in zip(size, stride))
+    return 0 in stride and 0 not in size and any(s == 0 and n > 1 for n, s in zip(size, stride))
+
+
+def may_overlap_itself(t: WseTensor) -> bool:
+    """Whether two elements of `t` may be one memory location: an expanded tensor, or a view
+    whose strides interleave (unfold with a step under its size). The CPU's has_internal_overlap
+    finds the second 'too hard' and writes it element by element; a view whose dims, by
+    increasing stride, each step past all the smaller ones is known not to overlap."""
+    size, stride = t._lz_meta[:2]
+    if _steps_past(zip(reversed(size), reversed(stride))):     # row-major: the usual view
+        return False
+    return 0 not in size and not _steps_past(sorted(zip(size, stride), key=lambda d: d[1]))
+
+
+def _steps_past(dims) -> bool:
+    """Whether each (size, stride) of `dims` steps past the offsets all earlier ones reach."""
+    span = 0
+    for n, st in dims:
+        if n != 1:
+            if st <= span:
+                return False
+            span += st * (n - 1)
+    return True
 
 
 def _ref_meta(plan, ref, tensors):
