@@ -9,9 +9,9 @@ parameter made a transformer's fused AdamW trace 47 ms, against 5 for foreach Ad
 arithmetic is the CPU kernels' (aten/src/ATen/native/cpu/FusedAdamKernel.cpp,
 FusedSGDKernel.cpp, FusedAdagradKernel.cpp, AmpGradScalerKernels.cpp): float16 and bfloat16
 computed in float32, unscaled gradients written back; the step's bias corrections are float32
-here (the kernels' doubles agree to float32's rounding). A `found_inf` (GradScaler's) that is
-set leaves every tensor as it was, chosen on the device with `where`, so that no step waits to
-learn whether it overflowed.
+here for float32 parameters (the kernels' doubles agree to float32's rounding), double for
+float64 ones. A `found_inf` (GradScaler's) that is set leaves every tensor as it was, chosen on
+the device with `where`, so that no step waits to learn whether it overflowed.
 """
 from __future__ import annotations
 
@@ -106,6 +106,8 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, de
     # The step's factors, for all parameters at once (a few kernels, not a few per parameter),
     # then one 0-dim view per parameter: -lr / (1 - beta1 ** step), sqrt(1 - beta2 ** step).
     steps = torch.stack(state_steps)
+    if _wide(params):
+        steps = steps.double()
     step_size = ((-lr) / (1 - torch.pow(beta1, steps))).unbind(0)
     bias2_sqrt = torch.sqrt(1 - torch.pow(beta2, steps)).unbind(0)
     denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(v), bias2_sqrt), eps)
@@ -142,11 +144,18 @@ def _ew(func, dtype: torch.dtype, *args, **kwargs) -> Node:
     return LOWERINGS[func](_spec(shape, dtype), *args, **kwargs)
 
 
-def _corrections_rule(spec, steps, neg_lr, beta1, beta2):
+def _wide(params) -> bool:
+    """Whether the bias corrections are computed in double, as the CPU kernel's are: for
+    float64 parameters (float32 ones agree to float32's rounding either way)."""
+    return any(p.dtype is torch.float64 for p in params)
+
+
+def _corrections_rule(spec, steps, neg_lr, beta1, beta2, wide):
     """The foreach path's bias corrections (_adam) on nodes, each factor as the vector of
     every parameter's."""
-    dt = steps[0].dtype
-    stacked = LOWERINGS[aten.stack.default](_spec((len(steps),), dt), steps)
+    stacked = LOWERINGS[aten.stack.default](_spec((len(steps),), steps[0].dtype), steps)
+    dt = torch.float64 if wide else stacked.dtype
+    stacked = cast(stacked, dt)
     bc1 = _ew(aten.rsub.Scalar, dt, _ew(aten.pow.Scalar, dt, beta1, stacked), 1)
     step_size = _ew(aten.mul.Tensor, dt, _ew(aten.reciprocal.default, dt, bc1), neg_lr)
     bc2 = _ew(aten.rsub.Scalar, dt, _ew(aten.pow.Scalar, dt, beta2, stacked), 1)
@@ -247,7 +256,8 @@ def _adam_by_plans(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_
     if type(lr) not in (float, int) or len({t.dtype for t in state_steps}) != 1:
         return False
     lr, beta1, beta2, eps, wd = (float(a) for a in (lr, beta1, beta2, eps, weight_decay))
-    factors = replay.run_rule(_corrections_rule, (list(state_steps), -lr, beta1, beta2))
+    factors = replay.run_rule(_corrections_rule, (list(state_steps), -lr, beta1, beta2,
+                                                         _wide(params)))
     if factors is None:
         return False
     step_sizes, bias2_sqrts = (from_node(f) for f in factors)
@@ -288,7 +298,10 @@ def _fused_adagrad(params, grads, state_sums, state_steps, *, lr, lr_decay, weig
     total = torch._foreach_add(_opmath(state_sums), torch._foreach_mul(g, g))
     updates.set(state_sums, total)
     # The decayed learning rate lr / (1 + (step - 1) * lr_decay), as the Adam factors.
-    clr = (lr / (1 + (torch.stack(state_steps) - 1) * lr_decay)).unbind(0)
+    steps = torch.stack(state_steps)
+    if _wide(params):
+        steps = steps.double()
+    clr = (lr / (1 + (steps - 1) * lr_decay)).unbind(0)
     std = torch._foreach_add(torch._foreach_sqrt(total), eps)
     updates.set(params, torch._foreach_sub(x, torch._foreach_div(torch._foreach_mul(g, clr),
                                                                  std)))
