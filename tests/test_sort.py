@@ -128,6 +128,39 @@ def test_scatter_reduce_with_duplicates(reduction, include_self):
            xi, index[:4, :4], srci)
 
 
+_SUMS = {
+    "index_add dim 0": lambda x, i, s: x.index_add(0, i, s),
+    "index_add last dim": lambda x, i, s: x.t().index_add(1, i, s.t()),
+    "index_add 1-d": lambda x, i, s: x[:, 0].index_add(0, i, s[:, 0]),
+    "index_add alpha 2": lambda x, i, s: x.index_add(0, i, s, alpha=2),
+    "index_add 3-d dim 1": lambda x, i, s: x[None].index_add(1, i, s[None]),
+    "scatter_add": lambda x, i, s: x.scatter_add(0, i[:, None].expand(s.shape), s),
+    "scatter add by a number": lambda x, i, s: x.scatter(
+        0, i[:, None].expand(s.shape), 0.002, reduce="add"),
+    "scatter_reduce sum": lambda x, i, s: x.scatter_reduce(0, i[:, None].expand(s.shape), s,
+                                                           "sum", include_self=False),
+    "scatter_reduce mean": lambda x, i, s: x.scatter_reduce(0, i[:, None].expand(s.shape), s,
+                                                            "mean"),
+    "index_put accumulate": lambda x, i, s: x.index_put((i,), s, accumulate=True),
+    "put accumulate": lambda x, i, s: x.put(i, s[:, 0], accumulate=True),
+    "index_reduce mean": lambda x, i, s: x.index_reduce(0, i, s, "mean"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", _SUMS)
+def test_half_precision_sums_into_one_element_round_as_the_cpu(name, dtype):
+    """64 additions of 0.002 to 1.0: ATen's scatter kernels (and index_add where it is one)
+    sum half-precision values in float32, 1.125 in bfloat16; index_put, put, index_reduce and
+    index_add's other shapes round at each addition, 1.0. wse rounded at each everywhere."""
+    x = torch.ones(2, 3, dtype=dtype)
+    source = torch.full((64, 3), 0.002, dtype=dtype)
+    index = torch.ones(64, dtype=torch.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # index_reduce is in beta
+        native(_SUMS[name], x, index, source)
+
+
 def test_index_reduce_put_take():
     torch.manual_seed(0)
     x = torch.randn(5, 3)

@@ -11,6 +11,10 @@ var, std (and var_mean, std_mean): torch._decomp's work in the input's dtype; AT
 The std of [1e20, 2e20, 3e20] is 1e20 on the CPU; in float32 its variance, 1e40, overflows and
 wse gave inf.
 
+index_add: ATen's CPU kernel is a scatter_add for most shapes, summing float16 and bfloat16
+values in float32; torch._decomp's index_put(accumulate=True) rounds at every addition, so 64
+additions of 0.002 to a bfloat16 1.0 left 1.0 where the CPU gives 1.125.
+
 embedding_renorm (nn.Embedding(max_norm=...)): no decomposition, so it ran on the CPU, a sync
 in every step.
 
@@ -69,6 +73,26 @@ def embedding_renorm(weight, indices, max_norm: float, norm_type: float):
     norms = torch.linalg.vector_norm(picked, norm_type, dim=1, keepdim=True).double()
     scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).to(weight.dtype)
     return weight.index_put((rows,), picked * scale)
+
+
+@decomposition(aten.index_add.default)
+def index_add(x, dim: int, index, source, *, alpha=1):
+    """ATen's index_add_cpu_: of a tensor of two dims or more along its first or last, with
+    alpha 1, a long index and source's other sizes x's, it is a scatter_add, whose sum of
+    float16 or bfloat16 values accumulates in float32 (lowering of scatter_add); otherwise
+    torch._decomp's index_put(accumulate=True), rounding at every addition as ATen's loop of
+    add_ calls does."""
+    dims = x.dim()
+    if dims > 1 and dim % dims in (0, dims - 1) and alpha == 1 and index.dtype is torch.int64 \
+            and index.dim() == 1 and source.dim() == dims and all(
+                a == b for i, (a, b) in enumerate(zip(x.shape, source.shape)) if i != dim % dims):
+        d = dim % dims
+        spread = index.reshape([-1 if i == d else 1 for i in range(dims)]).expand(source.shape)
+        return x.scatter_add(d, spread, source)
+    return _INDEX_ADD(x, dim, index, source, alpha=alpha)
+
+
+_INDEX_ADD = decomposition_table[aten.index_add.default]
 
 
 @decomposition(aten.native_dropout.default)

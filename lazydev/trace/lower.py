@@ -583,11 +583,16 @@ def _scatter(spec, x, dim, index, src, reduce=None):
         value = cast(src, spec.dtype)
     else:
         value = expand(as_node(src, spec.dtype), index.shape)
-    return scatter(x, dim, index, value, _SCATTER_REDUCE[reduce])
+    return scatter(x, dim, index, value, _SCATTER_REDUCE[reduce], wide=True)
 
 
-def scatter(x: Node, dim: int, index: Node, value: Node, reduce=None) -> Node:
-    """A SCATTER node (torch.scatter semantics); a 0-dim scatter is one of a 1-element row."""
+def scatter(x: Node, dim: int, index: Node, value: Node, reduce=None, wide=False) -> Node:
+    """A SCATTER node (torch.scatter semantics); a 0-dim scatter is one of a 1-element row.
+    `wide`: a sum of float16 or bfloat16 values accumulates in float32 and rounds once, as the
+    CPU's scatter kernels do (index_put, put and index_reduce round at every addition)."""
+    if wide and reduce == "add" and opmath(x.dtype) is not x.dtype:
+        f = opmath(x.dtype)
+        return cast(scatter(cast(x, f), dim, index, cast(value, f), reduce), x.dtype)
     if not x.shape:
         one = (1,)
         out = scatter(reshape(x, one), 0, reshape(index, one), reshape(value, one), reduce)

@@ -248,8 +248,9 @@ def _identity(reduction: str, dtype) -> Node:
 
 
 def scatter_reduce(x: Node, dim: int, index: Node, src: Node, reduction: str,
-                   include_self: bool = True) -> Node:
-    """torch.scatter_reduce(x, dim, index, src, reduction, include_self=...)."""
+                   include_self: bool = True, wide: bool = False) -> Node:
+    """torch.scatter_reduce(x, dim, index, src, reduction, include_self=...); `wide`: sums
+    accumulate half-precision values in float32 (scatter's)."""
     if reduction not in _REDUCE_OP:
         raise ValueError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
                          f"{reduction}")
@@ -258,7 +259,7 @@ def scatter_reduce(x: Node, dim: int, index: Node, src: Node, reduction: str,
     base = x
     if not include_self:
         base = scatter(x, dim, index, expand(_identity(reduction, dt), index.shape))
-    out = scatter(base, dim, index, src, _REDUCE_OP[reduction])
+    out = scatter(base, dim, index, src, _REDUCE_OP[reduction], wide)
     if reduction != "mean":
         return out
     count = scatter(full(int(include_self), dt, x.shape), dim, index,
@@ -269,7 +270,7 @@ def scatter_reduce(x: Node, dim: int, index: Node, src: Node, reduction: str,
 
 @register(aten.scatter_reduce.two)
 def _scatter_reduce(spec, x, dim, index, src, reduce, *, include_self=True):
-    return scatter_reduce(cast(x, spec.dtype), dim, index, src, reduce, include_self)
+    return scatter_reduce(cast(x, spec.dtype), dim, index, src, reduce, include_self, wide=True)
 
 
 @register(aten.index_reduce.default)
