@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import torch
 
@@ -76,6 +77,9 @@ def dump(directory: str) -> str:
     write("program.c", "\n".join(last_compiled["units"]))
     command = build.command("program.c", "program.so")
     write("compile_command.txt", " ".join(command) + "\n")
+    if "inputs" not in last_compiled:   # dropped when the device ran short of memory
+        warnings.warn("lazydev.debug.dump: the last compiled graph's inputs were freed when the "
+                      "device needed their memory; inputs.pt holds none", stacklevel=2)
     inputs = last_compiled.get("inputs", [])
     specs = {n.arg: n for n in toposort(last_compiled["outputs"]) if n.op is Op.DATA}
     tensors = [buf.to_tensor(specs[slot].dtype, (buf.nbytes // specs[slot].dtype.itemsize,))

@@ -1,4 +1,5 @@
 """The compile cache users can trust: persistence across processes, corruption, limits, syncs."""
+import gc
 import json
 import os
 import subprocess
@@ -239,6 +240,27 @@ def test_cache_cli_and_debug_dump(tmp_path, fresh_cache):
                           capture_output=True, text=True, timeout=120)
     # without a key it said "no entries match None"
     assert show.returncode == 2 and "show needs a KEY" in show.stdout
+
+
+def test_a_deleted_input_of_the_last_compiled_graph_is_freed_when_memory_is_short(tmp_path):
+    """lazydev.debug keeps the last compiled graph's inputs, and steps that hit the cache never
+    replace it: a deleted tensor's buffer stayed allocated, and an allocation that fits without
+    it ran the device out of memory. The device drops them before refusing one."""
+    rt = lazydev.runtime
+    x = torch.randn(250_007, device="wse")
+    lazydev.mark_step()
+    ((x * 3).sum() + 0.5).item()                # a new graph, reading x: the last compiled
+    del x
+    lazydev.wait()
+    gc.collect()
+    cap = rt.memory_stats()["capacity"]
+    try:
+        rt.set_capacity(rt.memory_stats()["bytes_in_use"] + 200_000)
+        rt.Buffer(1_100_000)                    # fits once x's 1 MB is freed
+    finally:
+        rt.set_capacity(cap)
+    with pytest.warns(UserWarning, match="inputs were freed"):
+        lazydev.debug.dump(str(tmp_path / "dump"))
 
 
 def test_cache_clear_with_a_key_removes_that_entry_only(fresh_cache):

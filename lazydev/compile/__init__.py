@@ -10,7 +10,7 @@ import warnings
 from .. import metrics
 from ..log import user_stacklevel
 from ..config import config
-from ..runtime import Buffer, BufferWindow, Program, prefix_source, special_source
+from ..runtime import Buffer, BufferWindow, Program, on_pressure, prefix_source, special_source
 from ..runtime.queue import EXEC
 from ..trace.ir import Node, Op
 from ..trace.macro import expand_calls
@@ -227,6 +227,16 @@ def references(buffers: list) -> list:
     """Per buffer, the references to it outside `buffers` and the queued runs, which finish
     before any program queued after them (Note [Donation])."""
     return EXEC.references(buffers)
+
+
+def _drop_debug_inputs() -> None:
+    """Free what only lazydev.debug held: the device needs the memory (a tensor the user deleted
+    stays an input of the last graph compiled while steps hit the cache)."""
+    last_compiled.pop("inputs", None)
+    last_compiled.pop("input_ids", None)
+
+
+on_pressure(_drop_debug_inputs)
 
 
 def held_for_debug(buf) -> bool:

@@ -17,6 +17,7 @@ from .device import (
     install_hooks,
     load_torch_library,
     memory_stats,
+    on_pressure,
     prefix_source,
     reset_peak,
     set_capacity,
@@ -27,6 +28,6 @@ from .device import (
 __all__ = [
     "Buffer", "BufferWindow", "DeviceOutOfMemoryError", "Program", "autocast_source", "blas_library_path",
     "empty_cache", "gemm_library_path", "hooks_source", "install_hooks", "load_torch_library",
-    "memory_stats", "prefix_source", "reset_peak", "set_capacity", "special_source",
+    "memory_stats", "on_pressure", "prefix_source", "reset_peak", "set_capacity", "special_source",
     "tensor_maker",
 ]

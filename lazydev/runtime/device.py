@@ -26,8 +26,8 @@ ffi = _lazydev_wse.ffi
 lib = _lazydev_wse.lib
 
 __all__ = [
-    "DeviceOutOfMemoryError", "Buffer", "Program", "empty_cache", "memory_stats", "set_capacity",
-    "reset_peak", "prefix_source", "special_source", "blas_library_path", "gemm_library_path",
+    "DeviceOutOfMemoryError", "Buffer", "Program", "empty_cache", "memory_stats", "on_pressure",
+    "set_capacity", "reset_peak", "prefix_source", "special_source", "blas_library_path", "gemm_library_path",
     "hooks_source", "install_hooks",
 ]
 
@@ -141,9 +141,21 @@ def _oom_error(nbytes: int) -> DeviceOutOfMemoryError:
     )
 
 
+# Callbacks that drop buffers kept only for convenience (lazydev.debug's copy of the last
+# compiled graph's inputs), run before an allocation is refused.
+_ON_PRESSURE: list = []
+
+
+def on_pressure(release) -> None:
+    """Call `release()` when an allocation would fail, before it is retried."""
+    _ON_PRESSURE.append(release)
+
+
 def _malloc(nbytes: int):
     p = lib.wse_malloc(nbytes)
     if p == ffi.NULL:
+        for release in _ON_PRESSURE:
+            release()
         # Dead tensors caught in reference cycles may still pin buffers; one
         # full collection is cheap next to failing the user's computation.
         gc.collect()
