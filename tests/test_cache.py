@@ -165,6 +165,30 @@ def test_recompile_limit_raises_on_the_third_shape(fresh_cache):
             _square_sum(5)
     finally:
         lazydev.config(recompile_limit=None)
+        lazydev.mark_step()             # the refused step stays recorded (the test below)
+
+
+def test_a_step_refused_by_the_recompile_limit_stays_recorded(fresh_cache):
+    """The step RecompileLimitError refuses (or a Ctrl-C stops while compiling) ran nothing:
+    it stays recorded, and the next mark_step runs it. It was dropped: its in-place update lost,
+    its new tensors ValueLost, though the message said to raise the limit."""
+    lazydev.config(recompile_limit=1)
+    try:
+        w = torch.zeros(4, device="wse")
+        lazydev.mark_step()
+        for n in (1, 2):
+            w.add_(torch.ones(n, 4).to("wse").sum(0))
+            y = w * 10
+            try:
+                lazydev.mark_step()
+            except RecompileLimitError:
+                assert n == 2
+                lazydev.config(recompile_limit=None)
+                lazydev.mark_step()
+    finally:
+        lazydev.config(recompile_limit=None)
+    assert_same(w.cpu(), torch.full((4,), 3.0))
+    assert_same(y.cpu(), torch.full((4,), 30.0))
 
 
 def test_strict_mode_raises_on_a_stray_item_and_names_its_line():

@@ -141,7 +141,8 @@ def _count_structure(order: list[Node], info: dict) -> None:
         raise RecompileLimitError(
             f"this graph has been compiled {entry[0]} times (recompile_limit={limit}) with "
             f"different shapes ({changes or 'shapes or constants changed'}); pad inputs to a "
-            "few fixed sizes, or raise lazydev.config(recompile_limit=...)")
+            "few fixed sizes, or raise lazydev.config(recompile_limit=...); the step stays "
+            "recorded, and the next mark_step() runs it")
     entry[0] += 1
     entry[1] = specs
     if entry[0] == config.recompile_warn:

@@ -147,6 +147,12 @@ def new_trace() -> Trace:
     return _current
 
 
+def resume(tr: Trace) -> None:
+    """Make `tr`, cut by a sync that failed before it ran, current again."""
+    global _current
+    _current = tr
+
+
 class ValueLost(RuntimeError):
     pass
 

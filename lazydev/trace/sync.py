@@ -145,7 +145,14 @@ def _run(pending, tr, reason, where) -> None:
         inputs = _compile.bind_windows(tr.inputs) if tr.windows else tr.inputs
         buffers = _compile.run_graph(outputs, inputs, tr.scalars, info, context, donate)
     except BaseException as e:
-        _revert(pending, e)
+        if "cache" not in info and isinstance(e, (_compile.RecompileLimitError,
+                                                   KeyboardInterrupt)):
+            # Refused or interrupted before anything ran: the step stays recorded, and the
+            # next sync (after raising the limit) runs it; dropped, its in-place updates
+            # were lost.
+            state.resume(tr)
+        else:
+            _revert(pending, e)
         raise
     for st, buf in zip(pending, buffers):
         context.append((st, st.buf, buf))
