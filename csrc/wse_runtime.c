@@ -266,6 +266,9 @@ int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64
   wse_kernels_set_run(stop);    /* for sliced GEMMs (Note [Sliced GEMM] in wse_kernels.c) */
   int rc = fn(&wse_kernels_lib, bufs, scalars, errinfo, next, stop);
   wse_kernels_set_run(NULL);
+  /* Also kept in stop[5]: a Ctrl-C raised in Python as this call returns loses the return
+     value, and the caller still needs to know whether the run finished (Run.interrupted). */
+  stop[5] = rc;
   return rc;
 }
 

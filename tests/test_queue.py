@@ -712,3 +712,37 @@ def test_results_kept_after_their_step_do_not_hold_its_graph():
     assert _lazydev_node.live() - before < 20       # 20 steps' graphs held 400 more
     for got, want in zip(kept, expected):
         assert_same(got, want)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals reach the main thread only")
+def test_ctrl_c_while_the_host_runs_a_program_raises_there_and_keeps_its_results():
+    """A SIGINT arriving while the host ran a queued program (waiting in .item()) was caught
+    as the program's failure: .item() returned, the interrupt came at a later read, and the
+    finished program's writes were rolled back (acc lost its update)."""
+    import signal
+    torch.manual_seed(0)
+    z = torch.randn(1500, 1500)
+    zw = z.to("wse")
+    acc = torch.zeros(3, device="wse")
+    lazydev.mark_step()
+    lazydev.wait()
+    w = zw
+    for _ in range(8):                      # a program of a second or more
+        w = (w @ zw) / 1500 ** 0.5
+    s = w.sum()
+    acc.add_(1)
+    lazydev.mark_step()
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            s.item()
+            time.sleep(5)                   # a late interrupt comes here, not at a later read
+    finally:
+        timer.cancel()
+    assert_same(acc.cpu(), torch.ones(3))
+    want = z
+    for _ in range(8):
+        want = (want @ z) / 1500 ** 0.5
+    assert s.item() == pytest.approx(want.sum().item(), rel=1e-3, abs=1e-2)

@@ -92,6 +92,9 @@ class _Job:
         """Whether the first `calls` kernel calls have run (read while another thread runs it)."""
         return self.run.position()[0] >= calls
 
+    def interrupted(self) -> bool:
+        return self.run.interrupted()
+
     def resume(self, unpause: bool = False, limit_us: int = 0, until: int = 0,
                budget_us: int = 0) -> bool:
         t0 = time.perf_counter()

@@ -486,8 +486,8 @@ class Run:
         self._err = ffi.new("int64_t[4]")
         self._next = ffi.new("int32_t*", 0)
         # pause flag, long-call limit, sliced GEMM progress, call to stop before, budget for
-        # long calls (wse_prefix.h)
-        self._stop = ffi.new("int32_t[5]")
+        # long calls (wse_prefix.h), and the last wse_program_run's return code
+        self._stop = ffi.new("int32_t[6]")
 
     def pause(self) -> None:
         """Ask the thread running it to stop before its next kernel call, or its GEMM's next
@@ -511,10 +511,14 @@ class Run:
         self._stop[1] = limit_us
         self._stop[3] = until
         self._stop[4] = min(max(int(budget_us), 0), 2**31 - 1)
+        self._stop[5] = PAUSED          # until the run returns (interrupted)
         if threading.get_ident() != TEAM_THREAD:
             lib.wse_serial_thread()
         rc = lib.wse_program_run(self._entry, self._bufs, self._sc, self._err, self._next,
                                  self._stop)
+        return self._returned(rc)
+
+    def _returned(self, rc: int) -> bool:
         if rc == PAUSED:
             return False
         # Never resumed after this: let the buffers go (the queue's ticket holds them until
@@ -524,6 +528,12 @@ class Run:
         if rc != 0:
             raise _program_error(rc, self._err)
         return True
+
+    def interrupted(self) -> bool:
+        """What resume would have returned, after a KeyboardInterrupt took its place (a signal
+        is raised once the C call returns, before its result is kept): True when the run
+        finished, False when it paused or never started. Raises the program's error."""
+        return self._returned(self._stop[5])
 
 
 # Error code -> errinfo list -> the exception to raise, for codes defined by upper layers

@@ -173,6 +173,10 @@ class _Whole:
         self.fn()
         return True
 
+    def interrupted(self) -> bool:
+        """A Ctrl-C stopped the callable itself, at a point nobody knows: it failed."""
+        raise RuntimeError("a wse job was interrupted (KeyboardInterrupt) while it ran")
+
 
 class ExecQueue:
     def __init__(self):
@@ -326,12 +330,18 @@ class ExecQueue:
         # (torch.get_num_threads) cost 20-25 us of the host's time between two runs.
         holds_team = host and getattr(job, "forks", True) and owns_team()   # Note [Team hold]
         t0 = time.perf_counter()
-        finished = True
+        finished, interrupt = True, None
         if self._failed:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
         else:
             try:
-                finished = job.resume(unpause, limit_us, until, budget_us)
+                try:
+                    finished = job.resume(unpause, limit_us, until, budget_us)
+                except KeyboardInterrupt as e:
+                    # Ctrl-C on the host, raised as the run returned: not the program's
+                    # failure. Its outcome is kept, and the interrupt raised once it is.
+                    interrupt = e
+                    finished = job.interrupted()
             except BaseException as e:   # reported to the host at its next wait
                 ticket.error = e
                 self._failed = True
@@ -340,8 +350,14 @@ class ExecQueue:
             self._team_hold = time.perf_counter() + TEAM_SPIN_S
         if not finished:
             self._release((job, ticket), handed=bool(until) and job.reached(until))
-            return
-        job = None              # holds no buffers once run (Run.resume): the ticket does
+        else:
+            job = None          # holds no buffers once run (Run.resume): the ticket does
+            self._done(ticket)
+        if interrupt is not None:
+            raise interrupt
+
+    def _done(self, ticket: Ticket) -> None:
+        """Bookkeeping of a finished run (no frame holds its job)."""
         with self._lock:        # counted under it (references)
             if ticket.error is not None:    # its job stays: how far it got (Note [Early reads])
                 self._unreported.append(ticket)
