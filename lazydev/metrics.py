@@ -13,7 +13,9 @@ _counts: Counter = Counter()
 _fallbacks: Counter = Counter()
 _times: defaultdict = defaultdict(float)
 _ledger: Counter = Counter()          # (reason, source line) -> implicit syncs
-_ledger_steps: defaultdict = defaultdict(set)
+# (reason, source line) -> [steps it synced in, the last of them]: a count, not a set of steps
+# (a loop that reads its loss before mark_step added one per step for ever).
+_ledger_steps: defaultdict = defaultdict(lambda: [0, None])
 _steps: deque = deque(maxlen=1000)     # per-step time split, newest last
 _warned: set = set()
 
@@ -37,7 +39,10 @@ def add_time(name: str, seconds: float) -> None:
 
 def ledger(reason: str, where: str, step: int) -> None:
     _ledger[(reason, where)] += 1
-    _ledger_steps[(reason, where)].add(step)
+    seen = _ledger_steps[(reason, where)]
+    if seen[1] != step:
+        seen[0] += 1
+        seen[1] = step
 
 
 def step(record: dict) -> None:
@@ -100,7 +105,7 @@ def report(console=None) -> None:
     if _fallbacks:
         console.print(_table("CPU fallbacks", ["op", "count"], _fallbacks.most_common()))
     if _ledger:
-        rows = [(r, w, n, len(_ledger_steps[(r, w)])) for (r, w), n in _ledger.most_common()]
+        rows = [(r, w, n, _ledger_steps[(r, w)][0]) for (r, w), n in _ledger.most_common()]
         console.print(_table("implicit syncs (sync ledger)",
                              ["reason", "source line", "syncs", "steps"], rows))
     progs = _compile.programs()
