@@ -65,6 +65,15 @@ def _checked(name: str, value, where: str):
     return value
 
 
+# Called with a setting's name when lazydev.config changes it, by the modules that keep what
+# they derive from it (the current trace's runaway-guard threshold, trace/state.py).
+_WATCHERS: list = []
+
+
+def watch(fn) -> None:
+    _WATCHERS.append(fn)
+
+
 class Config:
     def __init__(self):
         self.log = _channels(_checked("log", os.environ.get("LAZYDEV_LOG", ""),
@@ -94,6 +103,8 @@ class Config:
                                 f"{', '.join(_FIELDS)}")
             _checked(name, value, f"lazydev.config({name}={{!r}})")
             setattr(self, name, _channels(value) if name == "log" else value)
+            for watcher in _WATCHERS:
+                watcher(name)
         return self
 
     def __repr__(self):

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 import warnings
 
 import pytest
@@ -226,13 +227,14 @@ def test_sync_ledger_counts_implicit_syncs_per_line():
     ledger = lazydev.metrics.sync_ledger()
     ((reason, where), count), = ledger.items()
     assert reason == "item" and "test_cache.py" in where and count == 3
+    # the steps it synced in are counted, not kept one by one (a set grew every step)
+    assert lazydev.metrics._ledger_steps[(reason, where)] == [3, mock.ANY]
     steps = lazydev.metrics.steps()
     assert steps and {"trace_s", "compile_s", "execute_s", "transfer_s"} <= set(steps[-1])
 
 
 def test_runaway_trace_warns_then_cuts():
-    lazydev.config(trace_warn_ops=50, trace_max_ops=120)
-    lazydev.trace.state.current().guard_at = 50
+    lazydev.config(trace_warn_ops=50, trace_max_ops=120)    # applies to the current trace
     try:
         x = torch.zeros(2).to("wse")
         with pytest.warns(UserWarning, match="without a sync"):

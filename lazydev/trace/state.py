@@ -22,6 +22,7 @@ import weakref
 
 import torch
 
+from .. import config as _config_module
 from .ir import Node, Op, local_key
 
 _serials = itertools.count()
@@ -55,6 +56,17 @@ class Trace:
 def _guard_threshold(writes: int) -> int:
     from ..config import config
     return config.trace_warn_ops if writes < config.trace_warn_ops else config.trace_max_ops
+
+
+def _guard_changed(name: str) -> None:
+    """lazydev.config(trace_warn_ops=...) applies to the trace being recorded: its threshold
+    was fixed when it began (set right after import, a loop with no mark_step was neither
+    warned about nor cut). One past it warns (or is cut) at its next write."""
+    if name in ("trace_warn_ops", "trace_max_ops"):
+        from ..config import config
+        tr = _current
+        tr.guard_at = min(config.trace_warn_ops,
+                          tr.writes + 1 if tr.next_write is not None else 1 << 62)
 
 
 _warned_runaway = set()
@@ -123,6 +135,7 @@ def recorder(fn):
 
 
 _current = Trace()
+_config_module.watch(_guard_changed)
 # Set while tensor/replay.py lowers an op on placeholders: a lowering that syncs, uploads or
 # downloads is not a pure function of its arguments' metadata and must not become a plan.
 building_plan = False
