@@ -388,6 +388,26 @@ def test_forward_mode_ad_runs_on_the_device():
     assert not counters()["fallbacks"]
 
 
+def test_forward_mode_ad_through_views_of_a_strided_primal():
+    """A primal that is a view with strides of its own (x.t(), a slice) and a view of the dual:
+    autograd's internal assert (tangent and primal of another layout) failed, since the zero
+    tangent _new_zeros_with_same_feature_meta made came back row-major from the CPU."""
+    x = torch.randn(3, 4, dtype=torch.float64)
+    for view in (lambda a: a.t(), lambda a: a[:, 1:4], lambda a: a[:, ::2]):
+        got = torch.func.jvp(lambda a: a[0].sin(), (view(x.to("wse")),),
+                             (torch.ones_like(view(x)).to("wse"),))[1]
+        assert_same(got, torch.func.jvp(lambda a: a[0].sin(), (view(x),),
+                                        (torch.ones_like(view(x)),))[1])
+    w = torch.randn(2, 1, 2, 2, dtype=torch.float64)
+    img = torch.randn(1, 1, 3, 3, dtype=torch.float64)
+
+    def energy(i):
+        return lambda ww: torch.nn.functional.conv2d(i, ww).pow(2).sum()
+    assert_same(torch.func.hessian(energy(img.to("wse")))(w.to("wse")),
+                torch.func.hessian(energy(img))(w))
+    assert not counters()["fallbacks"]
+
+
 def test_jacfwd_with_python_numbers_in_the_function():
     """torch.func.jacfwd(lambda v: v * 2) raised DeviceMismatch: the number's zero tangent
     takes its shape from `.to("meta")` of the wse operand, which returned a wse tensor."""

@@ -324,3 +324,25 @@ def _nested_tensor_from_mask(func, args, kwargs):
 
 
 from . import special_sort  # noqa: E402,F401  (sorting/selection handlers that read values)
+
+
+@special(aten._new_zeros_with_same_feature_meta.default)
+def _new_zeros_with_same_feature_meta(func, args, kwargs):
+    """Forward-mode AD's zero tangent of a view (make_dual, jvp): zeros over a storage the size
+    of `other`'s, viewed with its sizes, strides and offset, after `self`'s first
+    `self_num_batch_dims` sizes (ATen's, in FunctionsManual.cpp). Made on the CPU and uploaded
+    it came back row-major, and autograd's check that a tangent has its primal's layout
+    failed (an internal assert in jvp of x.t()[0], hessian of a convolution)."""
+    self, other = args[0], args[1]
+    batch = args[2] if len(args) > 2 else kwargs.get("self_num_batch_dims", 0)
+    if type(other) is not WseTensor:
+        return func(to_cpu(self, reason="cpu") if type(self) is WseTensor else self, other,
+                    batch)
+    numel = other._st.numel
+    sizes = list(self.shape[:batch]) + list(other.shape)
+    strides, prod = [0] * batch, numel
+    for i in reversed(range(batch)):
+        strides[i] = prod
+        prod *= sizes[i]
+    zeros = torch.zeros(prod, dtype=other.dtype, device=other.device)
+    return zeros.as_strided(sizes, strides + list(other.stride()), other.storage_offset())
