@@ -62,6 +62,10 @@ def _stats(console) -> int:
 
 def main(args) -> int:
     console = Console()
+    if args.key is not None and args.action in ("ls", "stats"):
+        console.print(f"[red]{args.action} takes no KEY[/] (got {args.key!r}): "
+                      "`python -m lazydev cache show KEY` shows one entry")
+        return 2
     if args.action == "ls":
         return _ls(console)
     if args.action == "show":

@@ -57,7 +57,7 @@ _RULES = {
 _FIELDS = tuple(_RULES)
 
 
-def _checked(name: str, value, where: str):
+def checked(name: str, value, where: str):
     """`value` if `name` takes it; else a ValueError that shows `where` it was set from."""
     valid, takes = _RULES[name]
     if not valid(value):
@@ -76,7 +76,7 @@ def watch(fn) -> None:
 
 class Config:
     def __init__(self):
-        self.log = _channels(_checked("log", os.environ.get("LAZYDEV_LOG", ""),
+        self.log = _channels(checked("log", os.environ.get("LAZYDEV_LOG", ""),
                                       "LAZYDEV_LOG={!r}"))
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         self.cache_dir = os.environ.get("LAZYDEV_CACHE_DIR") or os.path.join(base, "lazydev")
@@ -101,7 +101,7 @@ class Config:
             if name not in _FIELDS:
                 raise TypeError(f"lazydev.config has no setting {name!r}; settings: "
                                 f"{', '.join(_FIELDS)}")
-            _checked(name, value, f"lazydev.config({name}={{!r}})")
+            checked(name, value, f"lazydev.config({name}={{!r}})")
             setattr(self, name, _channels(value) if name == "log" else value)
             for watcher in _WATCHERS:
                 watcher(name)
@@ -121,7 +121,7 @@ def _env_int(var: str, name: str, default: int) -> int:
         value = int(text)
     except ValueError:
         value = text                # refused below, shown as the user wrote it
-    return _checked(name, value, var + "={!r}")
+    return checked(name, value, var + "={!r}")
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

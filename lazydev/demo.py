@@ -6,12 +6,14 @@ agree with CPU to within TOLERANCE (relative) at every step.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from dataclasses import dataclass, field
 
 import lazydev
 from lazydev import examples, log
+from lazydev.config import checked
 
 # Relative, per step. Float32 with a different summation order drifts by ~1e-7 over 20 steps;
 # 1e-4 leaves room for that while still catching a wrong kernel (which is off by far more).
@@ -51,9 +53,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (0)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress bars, no logs, no counter report: just the summary")
-    parser.add_argument("--log", default=None, metavar="CHANNELS",
+    parser.add_argument("--log", default=None, metavar="CHANNELS", type=_channels,
                         help="lazydev log channels, e.g. 'trace,cache' (default: 'cache', "
                              "or LAZYDEV_LOG if set; none with --quiet)")
+
+
+def _channels(text: str) -> str:
+    """--log's value, checked as lazydev.config checks it (argparse reports the error)."""
+    try:
+        return checked("log", text, "--log {!r}")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def max_rel_diff(a, b) -> float:

@@ -266,6 +266,13 @@ def test_cache_cli_and_debug_dump(tmp_path, fresh_cache):
                           capture_output=True, text=True, timeout=120)
     # without a key it said "no entries match None"
     assert show.returncode == 2 and "show needs a KEY" in show.stdout
+    extra = subprocess.run([sys.executable, "-m", "lazydev", "cache", "ls", "extra"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert extra.returncode == 2 and "takes no KEY" in extra.stdout     # it ignored it
+    bad_log = subprocess.run([sys.executable, "-m", "lazydev", "demo", "--log", "bogus"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    # a traceback of the ValueError, not argparse's usage and error
+    assert bad_log.returncode == 2 and "error: argument --log" in bad_log.stderr
 
 
 def test_a_deleted_input_of_the_last_compiled_graph_is_freed_when_memory_is_short(tmp_path):
