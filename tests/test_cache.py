@@ -94,6 +94,16 @@ def test_without_a_cxx_compiler_lazydev_warns_once_and_still_runs(tmp_path):
     assert json.loads(out.strip().splitlines()[-1])["losses"] == with_cxx["losses"]
 
 
+def test_a_compiler_command_of_several_words(monkeypatch, fresh_cache):
+    """CC="ccache gcc" (a launcher, or flags): the whole was looked up as one program name
+    and reported as not found."""
+    from lazydev.compile import build
+    monkeypatch.setattr(build, "CC", "env gcc")
+    assert "|gcc|" in build.compiler_identity(build.CC)
+    assert _square_sum(9) == 204.0
+    assert lazydev.metrics.counters()["compilations"] == 1
+
+
 @needs_cpp_side
 def test_a_hooks_library_cut_short_is_built_again(tmp_path):
     """The C++ side is kept in the cache directory; a copy cut short (a full disk) cannot be

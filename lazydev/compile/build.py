@@ -5,6 +5,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -36,17 +37,23 @@ class CompileError(RuntimeError):
     pass
 
 
+def words(cc: str) -> list:
+    """A compiler command's words: CC (CXX) may hold a launcher or flags ("ccache gcc")."""
+    return shlex.split(cc)
+
+
 @functools.lru_cache(maxsize=None)
 def compiler_identity(cc: str = CC) -> str:
     """Compiler path, version line and binary identity: part of every cache key. The version
     is asked once per compiler binary and remembered next to the cache (starting gcc costs
     milliseconds that a warm start should not pay)."""
-    path = shutil.which(cc)
+    argv = words(cc)
+    path = shutil.which(argv[0]) if argv else None
     if path is None:
         raise CompileError(f"the compiler {cc!r} was not found; install gcc (g++ for C++) or "
                            "set CC (CXX)")
     st = os.stat(os.path.realpath(path))
-    stamp = f"{os.path.realpath(path)}|{st.st_size}|{int(st.st_mtime)}"
+    stamp = f"{os.path.realpath(path)}|{st.st_size}|{int(st.st_mtime)}|{' '.join(argv[1:])}"
     memo = os.path.join(tempfile.gettempdir(), "lazydev-cc-" + hashlib.sha256(
         stamp.encode()).hexdigest()[:16])
     try:
@@ -55,7 +62,7 @@ def compiler_identity(cc: str = CC) -> str:
     except OSError:
         pass
     try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True)
+        out = subprocess.run([*argv, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
         raise CompileError(f"the compiler {cc!r} is not usable ({e}); install gcc (g++ for "
                            "C++) or set CC (CXX)") from e
@@ -76,7 +83,7 @@ def cpu_features() -> str:
 
 
 def command(src: str, out: str) -> list[str]:
-    return [CC, *FLAGS, src, "-o", out, "-lm"]
+    return [*words(CC), *FLAGS, src, "-o", out, "-lm"]
 
 
 def build(units: list, out_path: str) -> None:
@@ -93,7 +100,7 @@ def build(units: list, out_path: str) -> None:
         for i, text in enumerate(units):
             src = _write(work, f"u{i}.c", text)
             obj = os.path.join(work, f"u{i}.o")
-            cmd = [CC, *[f for f in FLAGS if f != "-shared"], "-c", src, "-o", obj]
+            cmd = [*words(CC), *[f for f in FLAGS if f != "-shared"], "-c", src, "-o", obj]
             procs.append((subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), cmd))
             objs.append(obj)
         for proc, cmd in procs:
@@ -114,7 +121,7 @@ def _write(work: str, name: str, text: str) -> str:
 
 def _run(inputs: list, out_path: str, work: str) -> None:
     tmp_so = os.path.join(work, "out.so")
-    cmd = [CC, *FLAGS, *inputs, "-o", tmp_so, "-lm"]
+    cmd = [*words(CC), *FLAGS, *inputs, "-o", tmp_so, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     check(proc.returncode, proc.stderr, cmd)
     os.replace(tmp_so, out_path)       # atomic: readers see the old file or the whole new one

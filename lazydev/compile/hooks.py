@@ -60,8 +60,8 @@ def _command(src: str, out: str) -> list[str]:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     # Python's headers and torch's Python library: wse_make_tensor makes Python tensor objects
     # (Note [Native tensor objects] in csrc/wse_hooks.cpp).
-    return [CXX, "-std=c++20", "-O1", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            "-I", os.path.join(root, "include"), "-I", sysconfig.get_paths()["include"], src,
+    return [*build.words(CXX), "-std=c++20", "-O1", "-fPIC", "-shared",
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", os.path.join(root, "include"), "-I", sysconfig.get_paths()["include"], src,
             "-o", out, "-L", libdir, "-lc10", "-ltorch_cpu", "-ltorch_python",
             f"-Wl,-rpath,{libdir}"]
 
