@@ -425,12 +425,16 @@ def test_an_unusable_cache_directory_warns_and_builds_without_it(tmp_path):
         import torch, lazydev
         print((torch.arange(5.0, device="wse") * 2).tolist())
     """)
-    proc = subprocess.run([sys.executable, "-c", code], env=script_env(blocker / "cache"),
-                          capture_output=True, text=True, timeout=300)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.run([sys.executable, "-c", code], env=script_env(
+        blocker / "cache", TMPDIR=str(scratch)), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[0.0, 2.0, 4.0, 6.0, 8.0]"
     assert "cannot be used (NotADirectoryError" in proc.stderr
     assert "C++ side" not in proc.stderr
+    # what it built for itself is gone at exit (each process left a directory in /tmp)
+    assert not [p for p in scratch.glob("lazydev-*") if p.is_dir()]
 
 
 def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_cache):

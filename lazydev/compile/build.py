@@ -1,6 +1,7 @@
 """The system C compiler: identity (for cache keys) and one build of a shared object."""
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
@@ -35,6 +36,15 @@ FLAGS = ("-O2", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fn
 
 class CompileError(RuntimeError):
     pass
+
+
+def scratch_dir() -> str:
+    """A directory for this process only (an unusable cache directory, a library replaced at a
+    path already opened), removed at exit: each process left one in /tmp. What was loaded
+    from it stays mapped."""
+    path = tempfile.mkdtemp(prefix="lazydev-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def words(cc: str) -> list:

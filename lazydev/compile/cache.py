@@ -107,7 +107,7 @@ def _open(path: str, load):
         return seen[1]
     target = path
     if seen is not None:
-        target = os.path.join(tempfile.mkdtemp(prefix="lazydev-"), os.path.basename(path))
+        target = os.path.join(build.scratch_dir(), os.path.basename(path))
         _copy(path, target)
     program = load(target)
     _loaded[path] = (inode, program)

@@ -92,7 +92,7 @@ def _built(name: str, announce: str = "") -> str:
             _build(name, path)
         except OSError:     # an unusable cache directory (Note [An unusable cache directory]
             # in compile/cache.py): built for this process only; a missing g++ fails again
-            path = os.path.join(tempfile.mkdtemp(prefix="lazydev-"), os.path.basename(path))
+            path = os.path.join(build.scratch_dir(), os.path.basename(path))
             _build(name, path)
     return path
 
