@@ -451,3 +451,12 @@ def test_dtypes_not_compiled_run_on_the_cpu_and_lose_nothing(case):
     assert got.dtype == want.dtype
     assert torch.equal(got.cpu().reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
     assert torch.equal(other.cpu(), torch.full((3,), 2.0))
+
+
+def test_a_fallback_of_an_uncompiled_dtype_raises_the_cpus_error_alone():
+    """The CPU's error of a fallback for a dtype lazydev does not compile came chained to
+    lazydev's internal _ComplexArg ('During handling of the above exception...')."""
+    a = torch.tensor([5, 6], dtype=torch.uint16).to("wse")
+    with pytest.raises(NotImplementedError, match="remainder_cpu") as caught:
+        a % a
+    assert caught.value.__context__ is None

@@ -383,11 +383,15 @@ def lowered_op(func, args, kwargs):
         nkwargs = {k: _node_args(v, allow_cpu) for k, v in kwargs.items()} if kwargs else {}
         out = LOWERINGS[func](spec, *nargs, **nkwargs)
     except _ComplexArg:
-        return fallback_op(func, args, kwargs, why=meta.NOT_COMPILED)
+        # run outside the handler: an error of the CPU's kernel is its own, not chained to
+        # this internal signal
+        out = _ComplexArg
     except Unsupported as e:
         if func in decomposition_table:
             return decomposed_op(func, args, kwargs)
         return fallback_op(func, args, kwargs, why=str(e))
+    if out is _ComplexArg:
+        return fallback_op(func, args, kwargs, why=meta.NOT_COMPILED)
     return _wrap(out)
 
 
