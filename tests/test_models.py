@@ -364,6 +364,27 @@ def test_moving_a_model_off_wse_keeps_its_parameters_and_ties():
     assert [p is q for p, q in zip(model.parameters(), params)] == [True] * len(params)
 
 
+def test_a_model_made_on_meta_moves_to_wse_as_to_cuda():
+    """to_empty gives each module its own Parameter, as on the CPU and CUDA (ties are made again
+    after it, as PyTorch documents): swapped, a tied model kept one Parameter on wse only. And
+    .to("wse") of a meta model raises the CPU's error ('use to_empty()'), not the upload's
+    'expected a CPU tensor, got one on meta'."""
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.out = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+            self.out.weight = self.emb.weight
+    counts = {}
+    for dev in ("cpu", "wse"):
+        with torch.device("meta"):
+            model = Tied()
+        with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor.*to_empty"):
+            model.to(dev)
+        model = model.to_empty(device=dev)
+        counts[dev] = (len(list(model.parameters())), model.out.weight is model.emb.weight)
+    assert counts["wse"] == counts["cpu"] == (2, False)
+
+
 @pytest.mark.parametrize("convert", [lambda m: m.to("wse"), lambda m: m.float(),
                                      lambda m: m.to(torch.float32), lambda m: m.to("wse:0")])
 def test_a_conversion_that_changes_nothing_between_forward_and_backward(convert):

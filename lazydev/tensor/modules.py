@@ -116,6 +116,12 @@ def _apply(self, fn, recurse=True):
         fn = _reusing(fn, *first)
     _inside[0] = True
     try:
+        if any(t.is_meta for t in self.parameters()):
+            # to_empty of a model made on meta: new Parameter objects, as CUDA's (a meta tensor
+            # and the new one cannot trade places), so ties come apart there too, to be made
+            # again as PyTorch documents; swapped, a tied model kept one Parameter on wse only
+            with _never_swapping():
+                return _plain_apply(self, fn, recurse)
         try:
             with _swapping(_holds_wse(self)):
                 return _plain_apply(self, fn, recurse)

@@ -41,6 +41,7 @@ def _copy_(func, args, kwargs):
             return dst
         write_tensor(dst, src)
         return dst
+    _has_data(src)
     if dst._lz_full and tuple(src.shape) == dst._lz_meta[0]:   # a whole-tensor upload
         st = dst._st
         cpu = src if src.dtype is dst.dtype else src.to(dst.dtype)   # made contiguous below
@@ -49,6 +50,13 @@ def _copy_(func, args, kwargs):
         return dst
     write_tensor(dst, _upload(src))
     return dst
+
+
+def _has_data(t) -> None:
+    """A meta tensor raises the CPU's error (nn.Module._apply adds 'use to_empty()' to it);
+    the upload said 'expected a CPU tensor, got one on meta'."""
+    if t.is_meta:
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
 
 
 @special(aten._to_copy.default)
@@ -62,6 +70,7 @@ def _to_copy(func, args, kwargs):
     if kind != "wse":               # the CPU, or through it to another device (or its error)
         return to_cpu(x, reason="cpu").to(dtype=dtype, device=device)
     if not isinstance(x, WseTensor):
+        _has_data(x)
         return _upload(x.to(dtype))
     kw = {k: v for k, v in kwargs.items() if k in ("dtype",)}
     from .dispatch import lowered_op
