@@ -584,6 +584,7 @@ def test_format_of_a_scalar_tensor_formats_its_number():
 
 _OVERLAP_WRITES = {
     "add_": lambda x: x.add_(1), "copy_": lambda x: x.copy_(torch.ones(2, 3)),
+    "copy_ of itself": lambda x: x.copy_(x),        # ATen returns at once
     "uniform_": lambda x: x.uniform_(), "relu_": lambda x: x.relu_(),
     "out=": lambda x: torch.add(torch.ones(2, 3, device=x.device), 1, out=x),
     "setitem all": lambda x: x.__setitem__(slice(None), 5.0),

@@ -72,6 +72,8 @@ def refused(handler, positions, partial: bool, to_cpu_args):
     writes a view whose elements may share memory otherwise (x.unfold(0, 2, 1).add_(1)) runs
     on the CPU, element by element as there (`on_storage`)."""
     def run(func, args, kwargs):
+        if func is aten.copy_.default and len(args) > 1 and args[1] is args[0]:
+            return args[0]          # ATen's copy_ returns at once (x.copy_(x) of an expanded x)
         for pos in positions:
             t = arg_at(func, pos, args, kwargs)
             if type(t) is not WseTensor:
