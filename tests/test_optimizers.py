@@ -72,16 +72,28 @@ def test_foreach_in_place_on_lists_writes_each_tensor():
 
 
 
+_STEPS = {
+    "SGD step": lambda w: torch.optim.SGD([w], lr=1.0, foreach=True).step(),
+    "mul_ by a tensor (clip_grad_norm_)": lambda w: torch._foreach_mul_([w], torch.tensor(0.5)),
+    "maximum_ (amsgrad)": lambda w: torch._foreach_maximum_([w], [torch.zeros_like(w)]),
+    "addcdiv_ by a tensor": lambda w: torch._foreach_addcdiv_([w], [w], [w + 1],
+                                                              torch.tensor([0.5])),
+}
+
+
 @pytest.mark.parametrize("device", ["cpu", "wse"])
-def test_optimizer_step_between_backwards_is_seen_by_autograd(device):
-    """opt.step() (foreach in-place ops) bumps the parameters' versions, so a second backward
-    through a graph that saved them raises, as on the CPU, instead of using the new values."""
+@pytest.mark.parametrize("step", _STEPS)
+def test_optimizer_step_between_backwards_is_seen_by_autograd(device, step):
+    """opt.step() (foreach in-place ops, every overload) bumps the parameters' versions, so a
+    second backward through a graph that saved them raises, as on the CPU, instead of using
+    the new values."""
     w = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]).to(device))
     x = torch.ones(3, device=device, requires_grad=True)
     loss = (x * w).sum()
     loss.backward(retain_graph=True)
     version = w._version
-    torch.optim.SGD([w], lr=1.0, foreach=True).step()
+    with torch.no_grad():
+        _STEPS[step](w)
     assert w._version > version
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()

@@ -135,6 +135,8 @@ def _raise_deferred():
 
 def _choose(func):
     chosen = _choose_handler(func)
+    if func.name().startswith("aten::_foreach_") and _mutated_positions(func):
+        chosen = _bumping_versions(chosen)
     inner = guards.guarded(func, chosen, lowered=chosen is lowered_op)
     handler = dtypes.checked(func, inner)
     replays = getattr(SPECIAL.get(func), "replays", False)     # Note [Replayed convolutions]
@@ -649,21 +651,22 @@ def _write_back(target, res):
         write(target, _node_args(res))
 
 
+def _bumping_versions(handler):
+    """`handler` of an in-place _foreach_ op, then its lists' version counters bumped, as the
+    CPU's (which runs X_ per element through the dispatcher) and CUDA's (increment_version) do:
+    autograd's check that a saved tensor was not modified sees an optimizer step (or
+    clip_grad_norm_'s scaling) between two backwards."""
+    def run(func, args, kwargs):
+        out = handler(func, args, kwargs)
+        torch._C._increment_version([t for pos in _mutated_positions(func)
+                                     for t in arg_at(func, pos, args, kwargs)])
+        return out
+    return run
+
+
 def foreach_op(func, args, kwargs):
     """_foreach_X(lists...) -> [X(elements...)], recorded per element (tensor/foreach.py; the
-    generic path calls the element op through torch for the overloads it cannot map).
-
-    An in-place one bumps its lists' version counters, as the CPU's (which runs X_ per element
-    through the dispatcher) and CUDA's (increment_version) do: autograd's check that a saved
-    tensor was not modified sees an optimizer step between two backwards."""
-    out = _foreach_op(func, args, kwargs)
-    written = [t for pos in _mutated_positions(func) for t in arg_at(func, pos, args, kwargs)]
-    if written:
-        torch._C._increment_version(written)
-    return out
-
-
-def _foreach_op(func, args, kwargs):
+    generic path calls the element op through torch for the overloads it cannot map)."""
     if func._overloadname == "Tensor" and len(args) == 4:
         # addcmul/addcdiv by a tensor of scalars: ATen reads it into a list of numbers
         # (convert_tensor_to_scalar_list), so the call is its ScalarList overload. A tensor that
