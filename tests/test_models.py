@@ -268,6 +268,24 @@ def test_recurrent_layers_padded_and_packed_match_cpu(cell, packed):
     assert lazydev.metrics.counters()["fallbacks"] == {}
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_lstm_cell_matches_cpu(dtype):
+    """nn.LSTMCell in half precision fell back to the CPU for its fused cell, which the CPU has
+    no kernel for (NotImplementedError); it is lowered as CUDA's kernel computes it, in float
+    and rounded once."""
+    results = []
+    for dev in ("cpu", "wse"):
+        torch.manual_seed(0)
+        cell = nn.LSTMCell(4, 5).to(dtype).to(dev)
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).to(dtype).to(dev)
+        h, c = cell(x)
+        (h.float().sum() + c.float().square().sum()).backward()
+        results.append((h, c, cell.weight_ih.grad, cell.bias_hh.grad))
+    for got, want in zip(*reversed(results)):
+        assert_same(got, want)
+    assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
 def test_transformer_encoder_inference_with_a_padding_mask():
     """nn.TransformerEncoder in eval mode under no_grad with a padding mask turned the batch
     into a nested tensor, which failed on wse (NestedTensorImpl doesn't support sizes). It now

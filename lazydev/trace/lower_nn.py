@@ -360,38 +360,45 @@ def _chunks(x: Node, n: int, dim: int = 1):
 
 @register(aten._thnn_fused_lstm_cell.default)
 def _lstm_cell(spec, input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
-    """The fused LSTM cell PyTorch uses on accelerators: (hy, cy, workspace = activated gates)."""
+    """The fused LSTM cell PyTorch uses on accelerators: (hy, cy, workspace = activated gates),
+    computed as CUDA's kernel does, half precision in float and rounded once (it fell back to
+    the CPU, which has no kernel: nn.LSTMCell in bfloat16 raised)."""
     dt = spec[0].dtype
-    gates = _bin(Op.ADD, _float(input_gates, dt), _float(hidden_gates, dt))
+    gates = _bin(Op.ADD, _wide(input_gates, dt), _wide(hidden_gates, dt))
+    cd = gates.dtype
     for b in (input_bias, hidden_bias):
         if b is not None:
-            gates = _bin(Op.ADD, gates, cast(b, dt))
+            gates = _bin(Op.ADD, gates, cast(b, cd))
     i, f, g, o = _chunks(gates, 4)
     i, f, g, o = _un(Op.SIGMOID, i), _un(Op.SIGMOID, f), _un(Op.TANH, g), _un(Op.SIGMOID, o)
-    cy = _bin(Op.ADD, _bin(Op.MUL, f, cast(cx, dt)), _bin(Op.MUL, i, g))
+    cy = _bin(Op.ADD, _bin(Op.MUL, f, cast(cx, cd)), _bin(Op.MUL, i, g))
     hy = _bin(Op.MUL, o, _un(Op.TANH, cy))
-    workspace = Node(Op.CAT, dt, gates.shape, (i, f, g, o), 1)
-    return hy, cy, reshape(workspace, spec[2].shape)
+    workspace = Node(Op.CAT, cd, gates.shape, (i, f, g, o), 1)
+    return cast(hy, dt), cast(cy, dt), reshape(cast(workspace, dt), spec[2].shape)
 
 
 @register(aten._thnn_fused_lstm_cell_backward_impl.default)
 def _lstm_cell_backward(spec, grad_hy, grad_cy, cx, cy, workspace, has_bias):
     dt = cy.dtype
-    i, f, g, o = _chunks(_float(workspace, dt), 4)
+    i, f, g, o = _chunks(_wide(workspace, dt), 4)
+    cy = _wide(cy, dt)
+    cd = cy.dtype
     one = _k(1, cy)
     tanh_cy = _un(Op.TANH, cy)
-    gcy = grad_cy if grad_cy is not None else full(0, dt, cy.shape)
-    go = full(0, dt, cy.shape)
+    gcy = cast(grad_cy, cd) if grad_cy is not None else full(0, cd, cy.shape)
+    go = full(0, cd, cy.shape)
     if grad_hy is not None:
+        grad_hy = cast(grad_hy, cd)
         dtanh = _bin(Op.SUB, one, _bin(Op.MUL, tanh_cy, tanh_cy))
         gcy = _bin(Op.ADD, gcy, _bin(Op.MUL, _bin(Op.MUL, grad_hy, o), dtanh))
         go = _bin(Op.MUL, _bin(Op.MUL, grad_hy, tanh_cy), _bin(Op.MUL, o, _bin(Op.SUB, one, o)))
     gi = _bin(Op.MUL, _bin(Op.MUL, gcy, g), _bin(Op.MUL, i, _bin(Op.SUB, one, i)))
-    gf = _bin(Op.MUL, _bin(Op.MUL, gcy, cast(cx, dt)), _bin(Op.MUL, f, _bin(Op.SUB, one, f)))
+    gf = _bin(Op.MUL, _bin(Op.MUL, gcy, cast(cx, cd)), _bin(Op.MUL, f, _bin(Op.SUB, one, f)))
     gg = _bin(Op.MUL, _bin(Op.MUL, gcy, i), _bin(Op.SUB, one, _bin(Op.MUL, g, g)))
     shape = cy.shape[:1] + (4 * cy.shape[1],)
-    grad_gates = Node(Op.CAT, dt, shape, (gi, gf, expand(gg, gi.shape), expand(go, gi.shape)), 1)
-    grad_cx = _bin(Op.MUL, gcy, f)
+    grad_gates = cast(Node(Op.CAT, cd, shape, (gi, gf, expand(gg, gi.shape), expand(go, gi.shape)),
+                           1), dt)
+    grad_cx = cast(_bin(Op.MUL, gcy, f), dt)
     grad_bias = reduce(Op.SUM, grad_gates, (0,), False, dt) if has_bias else None
     if grad_bias is None and spec[2] is not None:
         grad_bias = full(0, dt, spec[2].shape)
