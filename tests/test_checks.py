@@ -73,6 +73,8 @@ BAD = {
     "binary_cross_entropy": lambda d: F.binary_cross_entropy(_i(d, 0.5, 1.5), _i(d, 0.0, 1.0)),
     "binary_cross_entropy_nan": lambda d: F.binary_cross_entropy(_i(d, float("nan"), 0.5),
                                                                  _i(d, 0.0, 1.0)),
+    "binary_cross_entropy_target": lambda d: F.binary_cross_entropy(_i(d, 0.2, 0.7),
+                                                                    _i(d, 0.0, 2.0)),
     "bernoulli": lambda d: torch.bernoulli(_i(d, 0.5, -0.5)),
     "bernoulli_": lambda d: torch.zeros(2, device=d).bernoulli_(_i(d, 0.5, 1.5)),
     "one_hot_negative": lambda d: F.one_hot(_i(d, 0, -1), 3),

@@ -61,11 +61,13 @@ def in_unit_interval(t, cid: int):
     return from_node(checks.checked(x, bad, const(0, torch.int64), cid))
 
 
-def _probabilities(pos: int, template: str):
-    """(..., input at pos, ...) that must lie in [0, 1]."""
+def _probabilities(*checked: tuple):
+    """(..., input at pos, ...) that must lie in [0, 1], for each (pos, message) of `checked`."""
     def rule(args, kwargs):
-        cid = checks.message(RuntimeError, template)
-        return _replace(args, pos, in_unit_interval(args[pos], cid)), kwargs
+        for pos, template in checked:
+            cid = checks.message(RuntimeError, template)
+            args = _replace(args, pos, in_unit_interval(args[pos], cid))
+        return args, kwargs
     return rule
 
 
@@ -253,8 +255,10 @@ RULES: dict = {
     # -1 ends a row's targets; the CPU checks those after it too
     aten.multilabel_margin_loss_forward.default: _targets(1, RuntimeError, _MULTILABEL, low=-1),
     aten.multilabel_margin_loss_backward.default: _targets(2, RuntimeError, _MULTILABEL, low=-1),
-    aten.binary_cross_entropy.default: _probabilities(0, _UNIT),
-    aten.binary_cross_entropy_backward.default: _probabilities(1, _UNIT),
+    # the forward checks the target too (the CPU's kernel, per element after the input)
+    aten.binary_cross_entropy.default: _probabilities(
+        (0, _UNIT), (1, "all elements of target should be between 0 and 1")),
+    aten.binary_cross_entropy_backward.default: _probabilities((1, _UNIT)),
     aten.multi_margin_loss.default: _targets(1, RuntimeError, "target out of range"),
     aten.multi_margin_loss_backward.default: _targets(2, RuntimeError, "target out of range"),
 }
