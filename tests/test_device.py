@@ -643,20 +643,29 @@ _SELF_OVERLAPPING_WRITES = {
     "as_strided copy_": lambda x: x.as_strided((2, 2), (1, 1)).copy_(
         torch.tensor([[1.0, 2.0], [3.0, 4.0]], device=x.device)),
     "empty expanded add_": lambda x: x[:0, None].expand(0, 2).add_(1),
+    "shift in a transposed view": lambda x: (lambda v: v[1:].copy_(v[:-1]))(
+        x.reshape(2, 3).t().unsqueeze(2)),
+    "mul_ by a shifted transposed view": lambda x: (lambda v: v[1:].mul_(v[:-1]))(
+        x.reshape(2, 3).t()),
+    "disjoint interleaved halves": lambda x: x[::2].add_(x[1::2]),
 }
 
 
 @pytest.mark.parametrize("name", _SELF_OVERLAPPING_WRITES)
 def test_writing_a_self_overlapping_view_leaves_the_cpus_memory(name):
     """A view whose elements share memory with non-zero strides (unfold with a step under its
-    size) is written element by element on the CPU, each location keeping its last write; the
-    device's functional form kept one element's result per location. One without elements is
-    written as the CPU does, not refused."""
+    size), or a pointwise write reading another view of the memory it writes that ATen finds
+    'too hard' to check (not dense), is written element by element on the CPU, each location
+    keeping its last write; the device's functional form kept one element's result per
+    location, and read the other view before any write. One without elements is written as
+    the CPU does, not refused."""
     got = torch.arange(6.0, device="wse")
     want = torch.arange(6.0)
     _SELF_OVERLAPPING_WRITES[name](got)
     _SELF_OVERLAPPING_WRITES[name](want)
     assert_same(got.cpu(), want)
+    if name.startswith("disjoint"):         # no element in common: computed on the device
+        assert counters()["fallbacks"] == {}
 
 
 def test_a_list_of_wse_scalars_makes_a_tensor():

@@ -54,6 +54,35 @@ def partly_overlap(a: WseTensor, b: WseTensor) -> bool:
     return oa < ob + nb and ob < oa + na
 
 
+def shares_elements(a: WseTensor, b: WseTensor) -> bool:
+    """Whether views `a` and `b` of one storage, not both dense (ATen's 'too hard', which its
+    pointwise ops write element by element, reading what they wrote: v[1:] = v[:-1] of a
+    transposed v), have an element in common; counted exactly up to 4M elements."""
+    (sa, ta, oa, _, da), (sb, tb, ob, _, db) = a._lz_meta, b._lz_meta
+    if da is not db or (sa, ta, oa) == (sb, tb, ob) or (_no_gaps(sa, ta) and _no_gaps(sb, tb)):
+        return False
+    ea, eb = _extent(sa, ta), _extent(sb, tb)
+    if not ea or not eb or oa >= ob + eb or ob >= oa + ea:
+        return False
+    if math.prod(sa) + math.prod(sb) > 1 << 22:
+        return True
+    return bool(torch.isin(_offsets(sa, ta, oa), _offsets(sb, tb, ob)).any())
+
+
+def _extent(size, stride) -> int:
+    """Elements from a view's first to one past its last (0 without elements)."""
+    if 0 in size:
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(size, stride))
+
+
+def _offsets(size, stride, offset) -> torch.Tensor:
+    at = torch.tensor([offset], dtype=torch.int64)
+    for n, st in zip(size, stride):
+        at = (at[:, None] + torch.arange(n, dtype=torch.int64) * st).reshape(-1)
+    return at
+
+
 def _no_gaps(size, stride) -> bool:
     """is_non_overlapping_and_dense: some order of the dims is row-major with no gaps."""
     expect = 1
@@ -87,12 +116,17 @@ def refused(handler, positions, partial: bool, to_cpu_args):
                 if len(positions) == 1 and t.dtype is t._st.dtype:
                     return on_storage(func, pos, args, kwargs, to_cpu_args,
                                       "its elements overlap")
-            if partial and any(type(a) is WseTensor and a._st is t._st and partly_overlap(t, a)
-                               for a in args):
+            if not partial:
+                continue
+            others = [a for a in args if type(a) is WseTensor and a._st is t._st and a is not t]
+            if any(partly_overlap(t, a) for a in others):
                 raise RuntimeError(
                     "unsupported operation: some elements of the input tensor and the "
                     "written-to tensor refer to a single memory location. Please clone() the "
                     "tensor before performing the operation.")
+            if len(positions) == 1 and t.dtype is t._st.dtype and any(
+                    shares_elements(t, a) for a in others):
+                return on_storage(func, pos, args, kwargs, to_cpu_args, "it reads what it writes")
         return handler(func, args, kwargs)
     # for foreach plans, whose element plans refuse such tensors (as dtypes.checked's does)
     run.unchecked = getattr(handler, "unchecked", handler)
@@ -130,8 +164,13 @@ def on_storage(func, pos, args, kwargs, to_cpu_args, why):
     cpu = to_cpu(whole, reason=f"fallback:{func}")
     view = cpu.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
     name = func._schema.arguments[pos].name
-    cpu_args = tuple(view if i == pos else to_cpu_args(a) for i, a in enumerate(args))
-    cpu_kwargs = {k: view if k == name else to_cpu_args(v) for k, v in kwargs.items()}
+
+    def on_cpu(a):          # other views of the storage read the CPU's copy, as it is written
+        if type(a) is WseTensor and a._st is st:
+            return cpu.as_strided(tuple(a.shape), a.stride(), a.storage_offset())
+        return to_cpu_args(a)
+    cpu_args = tuple(view if i == pos else on_cpu(a) for i, a in enumerate(args))
+    cpu_kwargs = {k: view if k == name else on_cpu(v) for k, v in kwargs.items()}
     func(*cpu_args, **cpu_kwargs)
     write_tensor(whole, from_cpu(cpu))
     return t
