@@ -268,19 +268,21 @@ def test_recurrent_layers_padded_and_packed_match_cpu(cell, packed):
     assert lazydev.metrics.counters()["fallbacks"] == {}
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_a_half_precision_lstm_cell_matches_cpu(dtype):
-    """nn.LSTMCell in half precision fell back to the CPU for its fused cell, which the CPU has
-    no kernel for (NotImplementedError); it is lowered as CUDA's kernel computes it, in float
-    and rounded once."""
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_lstm_cells_in_half_precision_and_without_bias_match_cpu(dtype, bias):
+    """nn.LSTMCell in half precision, or without biases (whose fused cell's meta kernel reads
+    the biases' devices), fell back to the CPU for its fused cell, which the CPU has no kernel
+    for (NotImplementedError). It is lowered as CUDA's kernel computes it, half precision in
+    float and rounded once."""
     results = []
     for dev in ("cpu", "wse"):
         torch.manual_seed(0)
-        cell = nn.LSTMCell(4, 5).to(dtype).to(dev)
+        cell = nn.LSTMCell(4, 5, bias=bias).to(dtype).to(dev)
         x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).to(dtype).to(dev)
         h, c = cell(x)
         (h.float().sum() + c.float().square().sum()).backward()
-        results.append((h, c, cell.weight_ih.grad, cell.bias_hh.grad))
+        results.append((h, c, cell.weight_ih.grad, cell.weight_hh.grad))
     for got, want in zip(*reversed(results)):
         assert_same(got, want)
     assert lazydev.metrics.counters()["fallbacks"] == {}

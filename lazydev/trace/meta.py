@@ -137,13 +137,26 @@ def _spec_of(r):
     return None
 
 
+def _lstm_cell_meta(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """PyTorch's meta kernel of the fused LSTM cell reads the biases' devices, and nn.LSTM with
+    bias=False passes none (AttributeError: it ran on the CPU, which has no kernel for it)."""
+    zeros = input_gates.new_zeros(input_gates.shape[1:])
+    return torch.ops.aten._thnn_fused_lstm_cell(
+        input_gates, hidden_gates, cx, zeros if input_bias is None else input_bias,
+        zeros if hidden_bias is None else hidden_bias)
+
+
+# Meta kernels of PyTorch's that fail on calls its other kernels take.
+_META = {torch.ops.aten._thnn_fused_lstm_cell.default: _lstm_cell_meta}
+
+
 def _run_meta(func, args, kwargs):
     margs = _to_meta(args)
     mkw = {k: _to_meta(v) for k, v in kwargs.items()}
     if "device" in mkw:
         mkw["device"] = torch.device("meta")
     try:
-        out = func(*margs, **mkw)
+        out = _META.get(func, func)(*margs, **mkw)
     except NotImplementedError as e:
         raise MetaUnsupported(str(e)) from e
     except RuntimeError as e:
