@@ -109,6 +109,19 @@ def test_a_bad_index_raises_the_cpu_error_at_the_sync(name):
     _assert_recorded()
 
 
+def test_embedding_bag_offsets_that_decrease_raise_at_the_sync():
+    """Offsets [0, 2, 1]: the CPU's kernel fails an internal check ('Expected i < index_size');
+    wse summed an empty bag and went on. It raises a message of its own, at the sync."""
+    with pytest.raises(RuntimeError, match="Expected i < index_size"):
+        F.embedding_bag(_i("cpu", 1, 2, 0), _w("cpu"), _i("cpu", 0, 2, 1))
+    out = F.embedding_bag(_i("wse", 1, 2, 0), _w("wse"), _i("wse", 0, 2, 1))
+    with pytest.raises(RuntimeError, match="offsets of embedding_bag must not decrease, but an "
+                       "offset of 1 follows a larger one"):
+        lazydev.mark_step()
+        out.cpu()
+    _assert_recorded()
+
+
 # the same ops on arguments in range, negative ones where the op wraps them
 GOOD = {
     "gather": lambda d: _w(d).gather(1, torch.tensor([[3], [0], [2]], device=d)),

@@ -18,7 +18,7 @@ import torch
 
 from ..trace import checks, meta
 from ..trace.build import const, ew
-from ..trace.ir import Op
+from ..trace.ir import Node, Op
 from . import replay
 from .wse_tensor import WseTensor, from_node, value
 
@@ -171,6 +171,12 @@ def _bag(args, kwargs):
         checks.keep(checks.compare(last, Op.GT, length), last, checks.message(
             RuntimeError, f"offsets[-1] can not be greater than input's length {length} but got "
             "offsets[-1] of {value}"))
+        if o.numel > 1:     # the CPU's kernel fails an internal check ("Expected i < index_size")
+            pairs = (o.numel - 1,)
+            later, earlier = (Node(Op.AS_STRIDED, o.dtype, pairs, (o,), ((1,), k)) for k in (1, 0))
+            checks.keep(ew(Op.LT, torch.bool, pairs, later, earlier), later, checks.message(
+                RuntimeError, "offsets of embedding_bag must not decrease, but an offset of "
+                "{value} follows a larger one"))
     return _replace(args, 1, _checked(args[1], n, cid)), kwargs
 
 
