@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import decomposition_table
 
+from ..trace import meta
 from .vjp import decomposition
 
 aten = torch.ops.aten
@@ -89,7 +90,14 @@ def index_add(x, dim: int, index, source, *, alpha=1):
         d = dim % dims
         spread = index.reshape([-1 if i == d else 1 for i in range(dims)]).expand(source.shape)
         return x.scatter_add(d, spread, source)
-    return _INDEX_ADD(x, dim, index, source, alpha=alpha)
+    try:
+        return _INDEX_ADD(x, dim, index, source, alpha=alpha)
+    except RuntimeError:            # the CPU's message, where it has its own check
+        error = meta.cpu_error(aten.index_add.default, (x, dim, index, source), {"alpha": alpha},
+                               expand_large=False)
+        if error is not None:
+            raise error from None
+        raise
 
 
 _INDEX_ADD = decomposition_table[aten.index_add.default]
