@@ -151,11 +151,16 @@ def on_pressure(release) -> None:
     _ON_PRESSURE.append(release)
 
 
+def relieve() -> None:
+    """Drop what the on_pressure callbacks hold."""
+    for release in _ON_PRESSURE:
+        release()
+
+
 def _malloc(nbytes: int):
     p = lib.wse_malloc(nbytes)
     if p == ffi.NULL:
-        for release in _ON_PRESSURE:
-            release()
+        relieve()
         # Dead tensors caught in reference cycles may still pin buffers; one
         # full collection is cheap next to failing the user's computation.
         gc.collect()
