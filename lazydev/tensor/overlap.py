@@ -9,6 +9,7 @@ loop left last: `on_shared_memory` runs them there.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -64,9 +65,16 @@ def shares_elements(a: WseTensor, b: WseTensor) -> bool:
     ea, eb = _extent(sa, ta), _extent(sb, tb)
     if not ea or not eb or oa >= ob + eb or ob >= oa + ea:
         return False
-    if math.prod(sa) + math.prod(sb) > 1 << 22:
+    return _common((sa, ta, oa), (sb, tb, ob))
+
+
+@functools.lru_cache(maxsize=256)
+def _common(a: tuple, b: tuple) -> bool:
+    """Whether two views' (sizes, strides, offset) reach a common element: a function of the
+    views alone, kept, so a loop writing the same views pays for the count once."""
+    if math.prod(a[0]) + math.prod(b[0]) > 1 << 22:
         return True
-    return bool(torch.isin(_offsets(sa, ta, oa), _offsets(sb, tb, ob)).any())
+    return bool(torch.isin(_offsets(*a), _offsets(*b)).any())
 
 
 def _extent(size, stride) -> int:
