@@ -666,7 +666,7 @@ def _bumping_versions(handler):
 
 def foreach_op(func, args, kwargs):
     """_foreach_X(lists...) -> [X(elements...)], recorded per element (tensor/foreach.py; the
-    generic path calls the element op through torch for the overloads it cannot map)."""
+    generic path below calls the element op through torch for the overloads it cannot map)."""
     if func._overloadname == "Tensor" and len(args) == 4:
         # addcmul/addcdiv by a tensor of scalars: ATen reads it into a list of numbers
         # (convert_tensor_to_scalar_list), so the call is its ScalarList overload. A tensor that
