@@ -243,7 +243,7 @@ static void copy_err(char* errbuf, int errlen, const char* what, const char* pat
   snprintf(errbuf, (size_t)errlen, "%s %s: %s", what, path, e ? e : "unknown error");
 }
 
-void* wse_program_load(const char* so_path, char* errbuf, int errlen) {
+void* wse_program_load(const char* so_path, char* errbuf, int errlen, void** handle) {
   dlerror(); /* clear stale state so the message we report is ours */
   /* RTLD_LOCAL: every program defines the same `wse_entry` symbol. */
   void* h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
@@ -257,7 +257,12 @@ void* wse_program_load(const char* so_path, char* errbuf, int errlen) {
     dlclose(h);
     return NULL;
   }
+  *handle = h;
   return entry;
+}
+
+void wse_program_unload(void* handle) {
+  dlclose(handle);
 }
 
 int wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo,

@@ -28,9 +28,11 @@ int64_t wse_cached_bytes(void);      /* freed blocks kept for reuse (host memory
 void    wse_empty_cache(void);        /* release them */
 
 /* ---- programs ------------------------------------------------------------- */
-/* dlopen + dlsym("wse_entry").  Returns the entry point, or NULL with the
-   dlerror() text copied into errbuf.  The library is never unloaded. */
-void* wse_program_load(const char* so_path, char* errbuf, int errlen);
+/* dlopen + dlsym("wse_entry").  Returns the entry point, and the library's handle in
+   *handle, or NULL with the dlerror() text copied into errbuf. */
+void* wse_program_load(const char* so_path, char* errbuf, int errlen, void** handle);
+/* dlclose: once no run of the program can start or resume (Program in runtime/device.py). */
+void wse_program_unload(void* handle);
 /* Calls entry(&lib, bufs, scalars, errinfo, next, stop) and returns its code (WSE_PAUSED
    when stop[0] was set before the call at *next, or inside a sliced GEMM there). stop has
    five slots: pause flag, long-call limit, sliced GEMM progress, call to stop before, budget

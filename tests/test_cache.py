@@ -7,6 +7,7 @@ import sys
 import textwrap
 from unittest import mock
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -304,6 +305,32 @@ def test_a_deleted_input_of_the_last_compiled_graph_is_freed_when_memory_is_shor
         rt.set_capacity(cap)
     with pytest.warns(UserWarning, match="inputs were freed"):
         lazydev.debug.dump(str(tmp_path / "dump"))
+
+
+def test_programs_past_the_kept_number_are_unloaded_and_load_again(monkeypatch, fresh_cache):
+    """Every graph compiled stayed loaded for the process's life (six mappings each; a job
+    whose shapes never settle reached vm.max_map_count). Past PROGRAMS_KEPT the least recently
+    run is dropped and its library unloaded once no run holds it; run again, it is a disk-cache
+    hit, not a recompilation counted against recompile_limit."""
+    from lazydev import compile as lzc
+    monkeypatch.setattr(lzc, "PROGRAMS_KEPT", 2)
+    monkeypatch.setattr(lzc, "ARENAS_KEPT", 1)  # (programs with a scratch arena are kept too)
+    lazydev.config(recompile_limit=4)
+    try:
+        first = None
+        for rnd in range(2):
+            for n in (3, 4, 5, 6):
+                assert _square_sum(n) == sum(i * i for i in range(n))
+                if first is None:
+                    first = weakref.ref(next(iter(lzc._programs.values())).program)
+            assert len(lzc._programs) == 2
+    finally:
+        lazydev.config(recompile_limit=None)
+    lazydev.wait()
+    gc.collect()
+    assert first() is None                      # unloaded
+    counters = lazydev.metrics.counters()
+    assert counters["compilations"] == 4 and counters["disk_cache_hits"] == 4
 
 
 def test_cache_clear_with_a_key_removes_that_entry_only(fresh_cache):

@@ -44,7 +44,8 @@ def test_the_kernel_profiler_times_every_call_and_changes_no_result(tmp_path):
     (tmp_path / "timed.c").write_text(kp.instrument(src, len(ids)))
     timed = kp.build(str(tmp_path), layout["command"], "timed")
     bufs = kp.bind(str(tmp_path), layout)
-    Program(timed).run(bufs, layout["scalars"])
+    program = Program(timed)    # kept: its timers go with the library when it is unloaded
+    program.run(bufs, layout["scalars"])
     out = bufs[len(layout["input_slots"])].to_tensor(torch.float32, (16,))
     assert torch.equal(out, y.cpu())        # the same C code on the same inputs: bit for bit
     ffi = FFI()
@@ -62,10 +63,11 @@ def test_again_times_each_gemm_call_a_second_time_and_changes_no_result(tmp_path
     again = {c for c, k in enumerate(ids) if flops[k]}
     assert len(again) == 1 and len(ids) > 1
     (tmp_path / "timed.c").write_text(kp.instrument(src, len(ids), again))
-    outs = []
+    outs, programs = [], []     # kept: the timers go with the library when it is unloaded
     for name in ("program", "timed"):
         bufs = kp.bind(str(tmp_path), layout)
-        Program(kp.build(str(tmp_path), layout["command"], name)).run(bufs, layout["scalars"])
+        programs.append(Program(kp.build(str(tmp_path), layout["command"], name)))
+        programs[-1].run(bufs, layout["scalars"])
         outs.append(bufs[len(layout["input_slots"])].to_tensor(torch.float32, (16,)))
     assert torch.equal(outs[1], outs[0]) and outs[0].shape == y.shape
     timed = str(tmp_path / "timed.so")

@@ -106,7 +106,12 @@ class _Job:
             metrics.add_time("execute", dt)
 
 
-_programs: dict = {}       # graph key -> Compiled
+# graph key -> Compiled, the PROGRAMS_KEPT most recently run: each keeps its .so mapped (six
+# mappings, 40 KB), and a job whose shapes never settle made one per step, without bound (11,000
+# reach vm.max_map_count). One dropped is unloaded once no queued run holds it; run again, it
+# is a disk-cache hit.
+PROGRAMS_KEPT = 512
+_programs: collections.OrderedDict = collections.OrderedDict()
 _structures: dict = {}     # structure hash (ops and dtypes, no shapes) -> [compiles, last specs]
 last_compiled: dict = {}   # the last graph compiled: units, layout, outputs (lazydev.debug)
 
@@ -136,7 +141,10 @@ def _changed(prev_specs: list, specs: list) -> list:
 def _count_structure(order: list[Node], info: dict) -> None:
     """Track compiles per structure: explain, warn on churn, enforce the recompile limit."""
     structure, specs = _structure(order)
-    entry = _structures.setdefault(structure, [0, specs])
+    entry = _structures.setdefault(structure, [0, specs, set()])
+    if info.get("graph_key") in entry[2]:
+        info["changed"] = []        # a program dropped from memory (PROGRAMS_KEPT), loaded again
+        return
     info["changed"] = _changed(entry[1], specs) if entry[0] else []
     limit = config.recompile_limit
     if limit is not None and entry[0] >= limit:
@@ -148,6 +156,7 @@ def _count_structure(order: list[Node], info: dict) -> None:
             "recorded, and the next mark_step() runs it")
     entry[0] += 1
     entry[1] = specs
+    entry[2].add(info.get("graph_key"))
     if entry[0] == config.recompile_warn:
         why = ("input shapes keep changing; pad inputs to a few bucket sizes on the CPU before "
                "moving them (lazydev.pad_to_bucket), or keep a sequence that grows on the "
@@ -201,7 +210,10 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, cont
         last_compiled.update(inputs=held, input_ids=frozenset(map(id, held)),
                              scalars=list(scalars))
         _programs[key] = compiled
+        if len(_programs) > PROGRAMS_KEPT:
+            _programs.popitem(last=False)
     else:
+        _programs.move_to_end(key)
         metrics.count("cache_hits")
         info["cache"] = "hit"
         compiled.stats["hits"] += 1

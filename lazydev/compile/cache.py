@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 import warnings
+import weakref
 
 from ..config import config
 from . import build
@@ -95,22 +96,25 @@ def _valid(path: str) -> bool:
     return ok
 
 
-_loaded: dict = {}       # path -> (inode, program) of shared objects this process has opened
+# path -> (inode, weak reference to the program) of shared objects this process has open
+_loaded: dict = {}
 
 
 def _open(path: str, load):
     """dlopen caches by path: a file replaced at a path this process already opened would come
-    back as the old mapping (a truncated one faults). A new inode is opened under its own name."""
+    back as the old mapping (a truncated one faults). A new inode is opened under its own name,
+    unless the old program was unloaded since (compile.PROGRAMS_KEPT)."""
     inode = os.stat(path).st_ino
     seen = _loaded.get(path)
-    if seen is not None and seen[0] == inode:
-        return seen[1]
+    open_now = seen[1]() if seen is not None else None
+    if open_now is not None and seen[0] == inode:
+        return open_now
     target = path
-    if seen is not None:
+    if open_now is not None:
         target = os.path.join(build.scratch_dir(), os.path.basename(path))
         _copy(path, target)
     program = load(target)
-    _loaded[path] = (inode, program)
+    _loaded[path] = (inode, weakref.ref(program))
     return program
 
 

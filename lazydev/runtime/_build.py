@@ -32,7 +32,8 @@ void    wse_set_scratch_limit(int64_t nbytes);
 int64_t wse_num_buffers(void);
 int64_t wse_cached_bytes(void);
 void    wse_empty_cache(void);
-void*   wse_program_load(const char* so_path, char* errbuf, int errlen);
+void*   wse_program_load(const char* so_path, char* errbuf, int errlen, void** handle);
+void    wse_program_unload(void* handle);
 int     wse_program_run(void* entry, void* const* bufs, const double* scalars, int64_t* errinfo,
                         int32_t* next, int32_t* stop);
 int     wse_blas_load(const char* path);

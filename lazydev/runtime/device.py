@@ -447,16 +447,19 @@ _check_env_capacity()
 
 
 class Program:
-    """A compiled generated program (.so exporting `wse_entry`)."""
+    """A compiled generated program (.so exporting `wse_entry`), unloaded when garbage: each
+    Run of it holds it, so no thread can be in its code then."""
 
     def __init__(self, so_path: str):
         self.path = os.fspath(so_path)
         errbuf = ffi.new("char[]", _ERRBUF_LEN)
-        entry = lib.wse_program_load(os.fsencode(self.path), errbuf, _ERRBUF_LEN)
+        handle = ffi.new("void**")
+        entry = lib.wse_program_load(os.fsencode(self.path), errbuf, _ERRBUF_LEN, handle)
         if entry == ffi.NULL:
             msg = ffi.string(errbuf).decode("utf-8", "replace")
             raise RuntimeError(f"could not load wse program: {msg}")
         self._entry = entry
+        self._handle = ffi.gc(handle[0], lib.wse_program_unload)
 
     def __repr__(self) -> str:
         return f"Program({self.path!r})"
@@ -468,7 +471,7 @@ class Program:
 
     def start(self, buffers, scalars=()) -> "Run":
         """A run of this program, not started: `Run.resume` runs it."""
-        return Run(self._entry, buffers, scalars)
+        return Run(self, buffers, scalars)
 
 
 PAUSED = -1         # WSE_PAUSED (csrc/wse_prefix.h)
@@ -478,13 +481,14 @@ class Run:
     """One run of a program, which can stop between two kernel calls and go on later, on any
     thread (Note [Who runs a program] in runtime/queue.py). Holds its C arguments."""
 
-    __slots__ = ("_entry", "_bufs", "_sc", "_err", "_next", "_stop", "_keep")
+    __slots__ = ("_program", "_entry", "_bufs", "_sc", "_err", "_next", "_stop", "_keep")
 
-    def __init__(self, entry, buffers, scalars):
+    def __init__(self, program: Program, buffers, scalars):
         self._keep = buffers
         ptrs = [b._live_ptr() for b in buffers]
         vals = [float(s) for s in scalars]
-        self._entry = entry
+        self._program = program         # loaded while this run may start or resume
+        self._entry = program._entry
         # Never pass NULL arrays: a program may read bufs[0] unconditionally.
         self._bufs = ffi.new("void*[]", ptrs or [ffi.NULL])
         self._sc = ffi.new("double[]", vals or [0.0])
