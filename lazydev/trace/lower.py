@@ -37,7 +37,11 @@ def _checked(op, fn):
     """Lowering `fn` of `op`, refusing (Unsupported: the op is decomposed or runs on the CPU)
     where its nodes' shapes or dtypes differ from the meta kernel's: a slip in a rule would
     otherwise give a result unlike the CPU's. Runs when a call is first lowered, not on replay."""
+    numbers = _number_arguments(op)
+
     def lower(spec, *args, **kwargs):
+        if numbers and _floating(spec, args):
+            args, kwargs = _as_floats(op, numbers, args, kwargs)
         out = fn(spec, *args, **kwargs)
         wrong = disagreement(spec, out)
         if wrong is not None:
@@ -45,6 +49,47 @@ def _checked(op, fn):
             raise Unsupported(f"lazydev's lowering gives {wrong}")
         return out
     return lower
+
+
+# Note [Int operands], beyond arithmetic: ops whose Scalar arguments are values a floating op
+# converts to its dtype (a bound, a fill, a comparand, a factor), where an int from a step
+# counter (x.clamp(max=step), torch.full_like(x, step), x >= step, add(alpha=step)) compiled a
+# program per step. As a float of the same value they are runtime scalars. Not exponents or
+# divisors, whose lowerings branch on the value.
+_NUMBER_ARGUMENTS = {
+    "clamp": ("min", "max"), "clamp_min": ("min",), "clamp_max": ("max",),
+    "where": ("self", "other"), "masked_fill": ("value",), "fill": ("value",),
+    "full": ("fill_value",), "full_like": ("fill_value",), "new_full": ("fill_value",),
+    "add": ("other", "alpha"), "sub": ("other", "alpha"), "rsub": ("other", "alpha"),
+    "addcmul": ("value",), "addcdiv": ("value",), "lerp": ("weight",),
+    "eq": ("other",), "ne": ("other",), "lt": ("other",), "le": ("other",), "gt": ("other",),
+    "ge": ("other",), "maximum": ("other",), "minimum": ("other",),
+}
+
+
+def _number_arguments(op) -> tuple:
+    """(position, name) of op's Scalar arguments that _NUMBER_ARGUMENTS lists."""
+    names = _NUMBER_ARGUMENTS.get(op.overloadpacket.__name__, ())
+    return tuple((i, a.name) for i, a in enumerate(op._schema.arguments)
+                 if a.name in names and str(a.type) in ("number", "Optional[number]"))
+
+
+def _floating(spec, args) -> bool:
+    """Whether the op computes in a floating dtype: a floating tensor argument or result."""
+    if any(isinstance(a, Node) and a.dtype.is_floating_point for a in args):
+        return True
+    specs = spec if isinstance(spec, (list, tuple)) else (spec,)
+    return any(s is not None and s.dtype.is_floating_point for s in specs)
+
+
+def _as_floats(op, numbers, args, kwargs):
+    args = list(args)
+    for i, name in numbers:
+        if i < len(args):
+            args[i] = _number(args[i], torch.float64)
+        elif name in kwargs:
+            kwargs = {**kwargs, name: _number(kwargs[name], torch.float64)}
+    return tuple(args), kwargs
 
 
 def disagreement(spec, out) -> str | None:
