@@ -464,6 +464,30 @@ def test_an_unusable_cache_directory_warns_and_builds_without_it(tmp_path):
     assert not [p for p in scratch.glob("lazydev-*") if p.is_dir()]
 
 
+_INT_VALUES = {
+    "clamp(max=step)": lambda x, s: x.clamp(max=s),
+    "where(c, x, step)": lambda x, s: torch.where(x > 0, x, s),
+    "masked_fill": lambda x, s: x.masked_fill(x > 0, s),
+    "full_like": lambda x, s: torch.full_like(x, s) + x,
+    "x >= step": lambda x, s: (x >= s - 4).float(),
+    "add alpha": lambda x, s: torch.add(x, x, alpha=s + 2),
+}
+
+
+@pytest.mark.parametrize("name", _INT_VALUES)
+def test_an_int_from_a_step_counter_in_a_floating_op_compiles_once(name, fresh_cache):
+    """An int bound, fill, comparand or factor of a floating op was a constant of the program:
+    one compilation per step. It is a runtime scalar, as a float of the same value."""
+    f = _INT_VALUES[name]
+    x = torch.randn(8, 16)
+    xw = x.to("wse")
+    for step in range(5):
+        got = f(xw, step)
+        lazydev.mark_step()
+        assert_same(got.cpu(), f(x, step))
+    assert lazydev.metrics.counters()["compilations"] == 1
+
+
 def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_cache):
     """x * step, x + step, step - x, x / step with a new int each step compiled a program each
     (the int was a constant); they are runtime scalars now (Note [Int operands]), with the
