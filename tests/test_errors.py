@@ -190,6 +190,12 @@ _CASES = {
     "x.sub_(x, alpha=True)": lambda d: (lambda x: x.sub_(x, alpha=True))(torch.ones(2, device=d)),
     "fmod of bools": lambda d: (lambda m: torch.fmod(m, m))(torch.tensor([True], device=d)),
     "remainder of bools": lambda d: (lambda m: m % m)(torch.tensor([True], device=d)),
+    # no floating kernel for bitwise ops, whichever operand makes the result floating (wse
+    # compiled `|` of floats and failed the whole step at the sync)
+    "bitwise_or(uint8, -2.5)": lambda d: torch.bitwise_or(
+        torch.tensor([1, 2], dtype=torch.uint8, device=d), -2.5),
+    "uint8 & float tensor": lambda d: torch.tensor([1, 2], dtype=torch.uint8, device=d) & (
+        torch.tensor([1.0, 2.0], device=d)),
     # no integer kernel for rounding to decimals (wse gave zeros)
     "round(decimals=-1) of int64": lambda d: torch.tensor([45, -95], device=d).round(decimals=-1),
     "round_(decimals=1) of int16": lambda d: torch.tensor([45], dtype=torch.int16,

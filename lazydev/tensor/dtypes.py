@@ -125,8 +125,11 @@ for _op in ("abs", "floor", "ceil", "round", "trunc"):
     _REFUSED[getattr(aten, _op).default] = (("self",), _is_bool)
 # round to decimals has no integer kernel (wse gave zeros: x * 10 ** d in integers, rounded)
 _REFUSED[aten.round.decimals] = (("self",), _integral)
+# bitwise ops have no floating kernel, whichever operand (a Python float too) makes the result
+# floating: bitwise_or(uint8, -2.5) compiled `|` of floats, failing the whole step at the sync
 for _op in ("bitwise_and", "bitwise_or", "bitwise_xor", "__lshift__", "__rshift__"):
-    _REFUSED[getattr(aten, _op).Scalar] = (("self",), _inexact)
+    _REFUSED[getattr(aten, _op).Scalar] = (("self", "other"), _inexact)
+    _REFUSED[getattr(aten, _op).Tensor] = (("self", "other"), _inexact)
 _REFUSED[aten.bitwise_not.default] = (("self",), _inexact)
 # Bool has no order or sums either: a bool median, search or running sum raises on the CPU (wse
 # computed one). A `dtype=` argument or a Python bool counts by its dtype: clamp(min=False) of
@@ -273,8 +276,8 @@ def _check_dtypes(func, names):
     def dtype(p, args, kwargs):
         v = args[p] if p < len(args) else kwargs.get(names[p])
         d = getattr(v, "dtype", None)           # a tensor: the common case, before every mm
-        if d is None and isinstance(v, (bool, torch.dtype)):
-            return torch.bool if type(v) is bool else v
+        if d is None and isinstance(v, (bool, float, torch.dtype)):
+            return torch.bool if type(v) is bool else torch.float64 if type(v) is float else v
         return d
 
     def breaks(args, kwargs) -> bool:
