@@ -1,5 +1,7 @@
 """Dtypes other than float32 give the CPU's dtypes and values: cases found by running OpInfo's
 samples of every dtype the CPU supports on wse (test_opinfo runs float32 only)."""
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -460,3 +462,14 @@ def test_a_fallback_of_an_uncompiled_dtype_raises_the_cpus_error_alone():
     with pytest.raises(NotImplementedError, match="remainder_cpu") as caught:
         a % a
     assert caught.value.__context__ is None
+
+
+@pytest.mark.parametrize("op", [torch.var, torch.std, torch.var_mean, torch.std_mean])
+def test_variance_of_a_zero_dim_tensor_along_its_dim(op):
+    """var/std (and their _mean forms) of a 0-dim tensor along dim 0 or -1 raised IndexError
+    on wse (the lowering read a size the tensor has not); the CPU gives nan (and the value)."""
+    x = torch.tensor(3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # the CPU's degrees-of-freedom warning
+        for dim in (0, -1):
+            assert_same(op(x.to("wse"), dim=dim), op(x, dim=dim))

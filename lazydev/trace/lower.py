@@ -767,6 +767,8 @@ def _prims_sum(spec, x, dims, output_dtype=None):
 def _prims_var(spec, x, dims, correction=1, output_dtype=None):
     dt = spec.dtype
     x = cast(x, dt)
+    if not x.shape:         # a 0-dim tensor's dim 0 or -1 (it raised IndexError): its one value
+        x, dims = reshape(x, (1,)), (0,)
     axes = tuple(dims) if dims is not None else tuple(range(len(x.shape)))
     n = 1
     for a in axes:
