@@ -190,6 +190,13 @@ _CASES = {
     "x.sub_(x, alpha=True)": lambda d: (lambda x: x.sub_(x, alpha=True))(torch.ones(2, device=d)),
     "fmod of bools": lambda d: (lambda m: torch.fmod(m, m))(torch.tensor([True], device=d)),
     "remainder of bools": lambda d: (lambda m: m % m)(torch.tensor([True], device=d)),
+    # indices the CPU refuses (wse wrote somewhere: x[[1.7]] = v wrote row 1)
+    "setitem by a float index": lambda d: torch.zeros(4, 5, device=d).__setitem__(
+        torch.tensor([1.7], device=d), 1.0),
+    "index_put_ with too many indices": lambda d: torch.zeros(4, 5, device=d).index_put_(
+        (torch.tensor([0], device=d),) * 3, torch.tensor(1.0, device=d)),
+    "setitem by indices that do not broadcast": lambda d: torch.zeros(4, 5, device=d).__setitem__(
+        (torch.tensor([0, 1], device=d), torch.tensor([0, 1, 2], device=d)), 1.0),
     # no floating kernel for bitwise ops, whichever operand makes the result floating (wse
     # compiled `|` of floats and failed the whole step at the sync)
     "bitwise_or(uint8, -2.5)": lambda d: torch.bitwise_or(

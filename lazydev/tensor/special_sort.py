@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..trace import build, lower_segment, lower_sort
+from ..trace import build, lower_segment, lower_sort, meta
 from ..trace.ir import Node, Op
 from .dispatch import _node_args, lowered_op
 from .fallback import fallback_op
@@ -137,6 +137,7 @@ def _index(func, args, kwargs):
 def _index_put(func, args, kwargs):
     x, indices, values = args[0], list(args[1]), args[2]
     accumulate = (list(args[3:]) + [kwargs.get("accumulate", False)])[0]
+    _refuse_bad_indices(func, args, kwargs, x, indices)
     if not any(_is_mask(ix) for ix in indices):
         return lowered_op(func, args, kwargs)
     _no_uint8_fill(indices, values, accumulate)
@@ -147,6 +148,28 @@ def _index_put(func, args, kwargs):
     if put is not None:
         return put
     return lowered_op(func, (x, _long_indices(x, indices), values, accumulate), {})
+
+
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
+
+
+def _refuse_bad_indices(func, args, kwargs, x, indices) -> None:
+    """The CPU's IndexError for indices it refuses: a float or int8 index, more indexed dims
+    than x has, index shapes that do not broadcast. The lowering wrote somewhere instead (x[[1.7]]
+    = v wrote row 1). The CPU is asked (cpu_error) only when one of those is suspected."""
+    given = [ix for ix in indices if ix is not None]
+    dims = len(indices) - len(given) + sum(
+        ix.dim() if ix.dtype in (torch.bool, torch.uint8) else 1 for ix in given)
+    suspect = dims > x.dim() or any(ix.dtype not in _INDEX_DTYPES for ix in given)
+    if not suspect:
+        try:
+            torch.broadcast_shapes(*[ix.shape for ix in given
+                                     if ix.dtype not in (torch.bool, torch.uint8)])
+        except RuntimeError:
+            suspect = True
+    error = meta.cpu_error(func, args, kwargs, expand_large=False) if suspect else None
+    if error is not None:
+        raise error
 
 
 def _no_uint8_fill(indices, values, accumulate) -> None:
