@@ -473,3 +473,18 @@ def test_variance_of_a_zero_dim_tensor_along_its_dim(op):
         warnings.simplefilter("ignore")         # the CPU's degrees-of-freedom warning
         for dim in (0, -1):
             assert_same(op(x.to("wse"), dim=dim), op(x, dim=dim))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8,
+                                   torch.uint8])
+def test_shifts_by_counts_past_the_width_as_the_cpu(dtype):
+    """A shift count below 0 or past the dtype's width shifts everything out on the CPU (0, or
+    -1 for a negative number shifted right); C leaves it undefined, and wse gave x << 70 as
+    x << 6 (int64 by int16 counts)."""
+    x = torch.tensor([-100, -5, 7, 100, 1] if dtype is not torch.uint8 else [200, 5, 7, 100, 1])
+    counts = torch.tensor([3, 70, 64, 1, -1] if dtype is not torch.uint8 else [3, 70, 8, 1, 7])
+    x, counts = x.to(dtype), counts.to(dtype)
+    for op in (torch.bitwise_left_shift, torch.bitwise_right_shift):
+        assert_same(op(x.to("wse"), counts.to("wse")), op(x, counts))
+        narrow = counts.to(torch.int16)
+        assert_same(op(x.to("wse"), narrow.to("wse")), op(x, narrow))

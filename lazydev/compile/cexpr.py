@@ -146,6 +146,13 @@ def binary(op: Op, dtype, a: str, b: str) -> str:
     isf = dtype.is_floating_point
     if dtype is torch.bool and op in (Op.ADD, Op.MUL, Op.MAX, Op.MIN):
         return f"({a} {'||' if op in (Op.ADD, Op.MAX) else '&&'} {b})"
+    if op in (Op.SHL, Op.SHR) and not isf:
+        # ATen's: a count below 0 or past the width shifts everything out (0, or -1 for a
+        # negative number shifted right); C leaves those undefined (x << 70 of int64 gave x << 6)
+        width = dtype.itemsize * 8
+        out = f"(({a}) < 0 ? -1 : 0)" if op is Op.SHR else "0"
+        done = f"((uint64_t)({a}) << ({b}))" if op is Op.SHL else f"(({a}) >> ({b}))"
+        return f"((({b}) < 0 || ({b}) >= {width}) ? {out} : {done})"
     if op in _INFIX:
         return f"({a} {_INFIX[op]} {b})"
     if op in _FLOAT_FN2 and isf:
