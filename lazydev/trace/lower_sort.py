@@ -270,6 +270,7 @@ def scatter_reduce(x: Node, dim: int, index: Node, src: Node, reduction: str,
 
 @register(aten.scatter_reduce.two)
 def _scatter_reduce(spec, x, dim, index, src, reduce, *, include_self=True):
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)     # the CPU's kernel takes both
     return scatter_reduce(cast(x, spec.dtype), dim, index, src, reduce, include_self, wide=True)
 
 
