@@ -488,3 +488,11 @@ def test_shifts_by_counts_past_the_width_as_the_cpu(dtype):
         assert_same(op(x.to("wse"), counts.to("wse")), op(x, counts))
         narrow = counts.to(torch.int16)
         assert_same(op(x.to("wse"), narrow.to("wse")), op(x, narrow))
+
+
+def test_clamp_of_ints_by_a_float_bound_converts_its_bounds_to_float():
+    """clamp(int8, min=0.5, max=300) is a float clamp, whose bounds convert to float: wse
+    checked 300 against int8 and raised 'value cannot be converted to type int8_t'."""
+    for f in (lambda x: x.clamp(min=0.5, max=300), lambda x: x.clamp(min=-2 ** 40, max=2.5)):
+        x = torch.tensor([1, -7, 100], dtype=torch.int8)
+        assert_same(f(x.to("wse")), f(x))

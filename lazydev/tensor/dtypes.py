@@ -224,10 +224,12 @@ def _check_numbers(func, names):
                 break
         if dtype is None or dtype is torch.bool or dtype.is_complex:
             return
+        if func in _PROMOTES and not dtype.is_floating_point and any(
+                type(arg(p, args, kwargs)) is float for p in numbers):
+            # clamp(int tensor, 1.5, 300) is float, and converts its bounds to float
+            dtype = torch.get_default_dtype()
         for p in numbers:
             v = arg(p, args, kwargs)
-            if type(v) is float and not dtype.is_floating_point and func in _PROMOTES:
-                continue        # clamp(int tensor, 1.5) is float, not a conversion
             if type(v) in (int, float) and _overflows(v, dtype):
                 if (dtype in _UNCHECKED_ONE and func in _FILLS
                         and _fills_one(args, kwargs, names)):
