@@ -190,6 +190,11 @@ _CASES = {
     "x.sub_(x, alpha=True)": lambda d: (lambda x: x.sub_(x, alpha=True))(torch.ones(2, device=d)),
     "fmod of bools": lambda d: (lambda m: torch.fmod(m, m))(torch.tensor([True], device=d)),
     "remainder of bools": lambda d: (lambda m: m % m)(torch.tensor([True], device=d)),
+    # mixed dtypes the CPU's kernels refuse (wse promoted them)
+    "heaviside(f32, f64)": lambda d: torch.heaviside(torch.ones(3, device=d),
+                                                     torch.ones(3, dtype=torch.float64, device=d)),
+    "linalg.cross(f32, f64)": lambda d: torch.linalg.cross(
+        torch.ones(2, 3, device=d), torch.ones(2, 3, dtype=torch.float64, device=d)),
     # indices the CPU refuses (wse wrote somewhere: x[[1.7]] = v wrote row 1)
     "setitem by a float index": lambda d: torch.zeros(4, 5, device=d).__setitem__(
         torch.tensor([1.7], device=d), 1.0),

@@ -24,6 +24,8 @@ aten = torch.ops.aten
 # Op -> the tensor arguments that must share a dtype.
 _SAME = {
     aten.mm.default: ("self", "mat2"),
+    aten.heaviside.default: ("self", "values"),
+    aten.linalg_cross.default: ("self", "other"),
     aten.addmm.default: ("self", "mat1", "mat2"),
     aten.baddbmm.default: ("self", "batch1", "batch2"),
     aten.addbmm.default: ("self", "batch1", "batch2"),
