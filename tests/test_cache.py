@@ -469,7 +469,7 @@ _INT_VALUES = {
     "where(c, x, step)": lambda x, s: torch.where(x > 0, x, s),
     "masked_fill": lambda x, s: x.masked_fill(x > 0, s),
     "full_like": lambda x, s: torch.full_like(x, s) + x,
-    "x >= step": lambda x, s: (x >= s - 4).float(),
+    "x >= step": lambda x, s: (x >= s - 8).float(),
     "add alpha": lambda x, s: torch.add(x, x, alpha=s + 2),
 }
 
@@ -477,11 +477,12 @@ _INT_VALUES = {
 @pytest.mark.parametrize("name", _INT_VALUES)
 def test_an_int_from_a_step_counter_in_a_floating_op_compiles_once(name, fresh_cache):
     """An int bound, fill, comparand or factor of a floating op was a constant of the program:
-    one compilation per step. It is a runtime scalar, as a float of the same value."""
+    one compilation per step. It is a runtime scalar, as a float of the same value (-1, 0 and
+    1 stay constants the C folds; the steps here are past them)."""
     f = _INT_VALUES[name]
     x = torch.randn(8, 16)
     xw = x.to("wse")
-    for step in range(5):
+    for step in range(2, 7):
         got = f(xw, step)
         lazydev.mark_step()
         assert_same(got.cpu(), f(x, step))

@@ -55,7 +55,9 @@ def _checked(op, fn):
 # converts to its dtype (a bound, a fill, a comparand, a factor), where an int from a step
 # counter (x.clamp(max=step), torch.full_like(x, step), x >= step, add(alpha=step)) compiled a
 # program per step. As a float of the same value they are runtime scalars. Not exponents or
-# divisors, whose lowerings branch on the value.
+# divisors, whose lowerings branch on the value; nor -1, 0 and 1, constants a model writes
+# (masked_fill(m, 0), alpha=1, full_like(x, 1)) that the C folds: a counter compiles for those
+# values and once more for the rest.
 _NUMBER_ARGUMENTS = {
     "clamp": ("min", "max"), "clamp_min": ("min",), "clamp_max": ("max",),
     "where": ("self", "other"), "masked_fill": ("value",), "fill": ("value",),
@@ -86,10 +88,14 @@ def _as_floats(op, numbers, args, kwargs):
     args = list(args)
     for i, name in numbers:
         if i < len(args):
-            args[i] = _number(args[i], torch.float64)
+            args[i] = _runtime(args[i])
         elif name in kwargs:
-            kwargs = {**kwargs, name: _number(kwargs[name], torch.float64)}
+            kwargs = {**kwargs, name: _runtime(kwargs[name])}
     return tuple(args), kwargs
+
+
+def _runtime(v):
+    return v if type(v) is int and -1 <= v <= 1 else _number(v, torch.float64)
 
 
 def disagreement(spec, out) -> str | None:
