@@ -15,8 +15,9 @@ import math
 import torch
 
 from .. import log, metrics
+from ..trace.build import extent
 from .replay import may_overlap_itself, overlaps_itself
-from .wse_tensor import WseTensor, from_cpu, to_cpu, write_tensor
+from .wse_tensor import WseTensor, from_cpu, storage_on_cpu, write_tensor
 
 aten = torch.ops.aten
 
@@ -62,8 +63,8 @@ def shares_elements(a: WseTensor, b: WseTensor) -> bool:
     (sa, ta, oa, _, da), (sb, tb, ob, _, db) = a._lz_meta, b._lz_meta
     if da is not db or (sa, ta, oa) == (sb, tb, ob) or (_no_gaps(sa, ta) and _no_gaps(sb, tb)):
         return False
-    ea, eb = _extent(sa, ta), _extent(sb, tb)
-    if not ea or not eb or oa >= ob + eb or ob >= oa + ea:
+    ea, eb = extent(sa, ta, oa), extent(sb, tb, ob)     # one past each view's last element
+    if not ea or not eb or oa >= eb or ob >= ea:
         return False
     return _common((sa, ta, oa), (sb, tb, ob))
 
@@ -75,13 +76,6 @@ def _common(a: tuple, b: tuple) -> bool:
     if math.prod(a[0]) + math.prod(b[0]) > 1 << 22:
         return True
     return bool(torch.isin(_offsets(*a), _offsets(*b)).any())
-
-
-def _extent(size, stride) -> int:
-    """Elements from a view's first to one past its last (0 without elements)."""
-    if 0 in size:
-        return 0
-    return 1 + sum((n - 1) * st for n, st in zip(size, stride))
 
 
 def _offsets(size, stride, offset) -> torch.Tensor:
@@ -168,9 +162,7 @@ def on_storage(func, pos, args, kwargs, to_cpu_args, why):
     log.emit("fallback", f"{func} runs on the CPU ({why}) at [green]{log.user_frame()}[/]")
     t = arg_at(func, pos, args, kwargs)
     st = t._st
-    whole = WseTensor._view(st, *WseTensor.view_meta(st, (st.numel,), (1,), 0))
-    cpu = to_cpu(whole, reason=f"fallback:{func}")
-    view = cpu.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
+    cpu, view = storage_on_cpu(t, f"fallback:{func}")
     name = func._schema.arguments[pos].name
 
     def on_cpu(a):          # other views of the storage read the CPU's copy, as it is written
@@ -180,5 +172,5 @@ def on_storage(func, pos, args, kwargs, to_cpu_args, why):
     cpu_args = tuple(view if i == pos else on_cpu(a) for i, a in enumerate(args))
     cpu_kwargs = {k: view if k == name else on_cpu(v) for k, v in kwargs.items()}
     func(*cpu_args, **cpu_kwargs)
-    write_tensor(whole, from_cpu(cpu))
+    write_tensor(WseTensor(st, (st.numel,), (1,), 0), from_cpu(cpu))
     return t

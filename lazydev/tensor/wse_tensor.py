@@ -333,11 +333,18 @@ def _write_on_cpu(t: WseTensor, src: WseTensor) -> None:
     """t.copy_(src) into a tensor whose values are not compiled (float8, uint32; every in-place
     op on one runs on the CPU and copies its result back here): the storage's bytes are
     updated on the CPU and uploaded again (a sync)."""
+    host, view = storage_on_cpu(t, "cpu")
+    view.copy_(to_cpu(src, reason="cpu"))
+    t._st.replace_buffer(sync.upload(host))
+
+
+def storage_on_cpu(t: WseTensor, reason: str) -> tuple:
+    """(a CPU copy of all of t's storage, t's view of that copy; a sync): for a write the device
+    does not make, made on the CPU on the storage's memory as it is laid out there."""
     st = t._st
-    host = to_cpu(WseTensor(st, (st.numel,), (1,), 0, dtype=st.dtype), reason="cpu")
+    host = to_cpu(WseTensor(st, (st.numel,), (1,), 0), reason=reason)
     size, stride, offset = t._lz_meta[:3]
-    host.view(t.dtype).as_strided(size, stride, offset).copy_(to_cpu(src, reason="cpu"))
-    st.replace_buffer(sync.upload(host))
+    return host, host.view(t.dtype).as_strided(size, stride, offset)
 
 
 def _regrown(t: WseTensor) -> None:
