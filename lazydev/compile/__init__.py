@@ -112,7 +112,7 @@ class _Job:
 # is a disk-cache hit.
 PROGRAMS_KEPT = 512
 _programs: collections.OrderedDict = collections.OrderedDict()
-_structures: dict = {}     # structure hash (ops and dtypes, no shapes) -> [compiles, last specs]
+_structures: dict = {}     # structure hash (ops, dtypes; no shapes) -> [keys compiled, last specs]
 last_compiled: dict = {}   # the last graph compiled: units, layout, outputs (lazydev.debug)
 
 
@@ -141,23 +141,23 @@ def _changed(prev_specs: list, specs: list) -> list:
 def _count_structure(order: list[Node], info: dict) -> None:
     """Track compiles per structure: explain, warn on churn, enforce the recompile limit."""
     structure, specs = _structure(order)
-    entry = _structures.setdefault(structure, [0, specs, set()])
-    if info.get("graph_key") in entry[2]:
+    entry = _structures.setdefault(structure, [set(), specs])
+    compiled = entry[0]
+    if info.get("graph_key") in compiled:
         info["changed"] = []        # a program dropped from memory (PROGRAMS_KEPT), loaded again
         return
-    info["changed"] = _changed(entry[1], specs) if entry[0] else []
+    info["changed"] = _changed(entry[1], specs) if compiled else []
     limit = config.recompile_limit
-    if limit is not None and entry[0] >= limit:
+    if limit is not None and len(compiled) >= limit:
         changes = "; ".join(f"input {s}: {list(o)} -> {list(n)}" for s, _, o, n in info["changed"])
         raise RecompileLimitError(
-            f"this graph has been compiled {entry[0]} times (recompile_limit={limit}) with "
+            f"this graph has been compiled {len(compiled)} times (recompile_limit={limit}) with "
             f"different shapes ({changes or 'shapes or constants changed'}); pad inputs to a "
             "few fixed sizes, or raise lazydev.config(recompile_limit=...); the step stays "
             "recorded, and the next mark_step() runs it")
-    entry[0] += 1
+    compiled.add(info.get("graph_key"))
     entry[1] = specs
-    entry[2].add(info.get("graph_key"))
-    if entry[0] == config.recompile_warn:
+    if len(compiled) == config.recompile_warn:
         why = ("input shapes keep changing; pad inputs to a few bucket sizes on the CPU before "
                "moving them (lazydev.pad_to_bucket), or keep a sequence that grows on the "
                "device in a buffer of its final size written at a position (buf[:, t] = x), so "
@@ -167,8 +167,8 @@ def _count_structure(order: list[Node], info: dict) -> None:
             "of a value computed in the step, or an int operand of an integer op; write at a "
             "position held in a wse tensor (cache.index_copy_(1, t_tensor, v)) or pass the "
             "number as a 0-d tensor")
-        warnings.warn(f"lazydev: one graph structure has been compiled {entry[0]} times because "
-                      f"{why}", stacklevel=user_stacklevel())
+        warnings.warn(f"lazydev: one graph structure has been compiled {len(compiled)} times "
+                      f"because {why}", stacklevel=user_stacklevel())
 
 
 def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:

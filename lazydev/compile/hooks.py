@@ -61,7 +61,8 @@ def _command(src: str, out: str) -> list[str]:
     # Python's headers and torch's Python library: wse_make_tensor makes Python tensor objects
     # (Note [Native tensor objects] in csrc/wse_hooks.cpp).
     return [*build.words(CXX), "-std=c++20", "-O1", "-fPIC", "-shared",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", os.path.join(root, "include"), "-I", sysconfig.get_paths()["include"], src,
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", os.path.join(root, "include"),
+            "-I", sysconfig.get_paths()["include"], src,
             "-o", out, "-L", libdir, "-lc10", "-ltorch_cpu", "-ltorch_python",
             f"-Wl,-rpath,{libdir}"]
 

@@ -27,8 +27,8 @@ lib = _lazydev_wse.lib
 
 __all__ = [
     "DeviceOutOfMemoryError", "Buffer", "Program", "empty_cache", "memory_stats", "on_pressure",
-    "set_capacity", "reset_peak", "prefix_source", "special_source", "blas_library_path", "gemm_library_path",
-    "hooks_source", "install_hooks",
+    "set_capacity", "reset_peak", "prefix_source", "special_source", "blas_library_path",
+    "gemm_library_path", "hooks_source", "install_hooks",
 ]
 
 _ERRBUF_LEN = 4096

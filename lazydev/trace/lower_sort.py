@@ -22,7 +22,7 @@ import torch
 
 from .build import as_node, cast, const, contiguous_strides, ew, expand, full
 from .build import broadcast_shape, reduce, reshape, take_rows, wrap_dim
-from . import checks
+from . import checks, meta
 from .ir import Node, Op
 from .lower import _promoted, register, scatter
 
@@ -270,7 +270,7 @@ def scatter_reduce(x: Node, dim: int, index: Node, src: Node, reduction: str,
 
 @register(aten.scatter_reduce.two)
 def _scatter_reduce(spec, x, dim, index, src, reduce, *, include_self=True):
-    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)     # the CPU's kernel takes both
+    reduce = meta.REDUCE_ALIASES.get(reduce, reduce)
     return scatter_reduce(cast(x, spec.dtype), dim, index, src, reduce, include_self, wide=True)
 
 

@@ -148,11 +148,11 @@ def _lstm_cell_meta(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
 
 def _scatter_reduce_meta(x, dim, index, src, reduce, *, include_self=True):
     """The meta kernel refuses reduce='max' and 'min', which the CPU's takes as amax, amin."""
-    return torch.ops.aten.scatter_reduce.two(x, dim, index, src, _REDUCE_ALIASES.get(
+    return torch.ops.aten.scatter_reduce.two(x, dim, index, src, REDUCE_ALIASES.get(
         reduce, reduce), include_self=include_self)
 
 
-_REDUCE_ALIASES = {"max": "amax", "min": "amin"}
+REDUCE_ALIASES = {"max": "amax", "min": "amin"}     # scatter_reduce's, in the CPU's kernel
 
 # Meta kernels of PyTorch's that fail on calls its other kernels take.
 _META = {torch.ops.aten._thnn_fused_lstm_cell.default: _lstm_cell_meta,

@@ -22,7 +22,7 @@ import weakref
 
 import torch
 
-from .. import config as _config_module
+from ..config import watch as _watch_config
 from .ir import Node, Op, local_key
 
 _serials = itertools.count()
@@ -135,7 +135,7 @@ def recorder(fn):
 
 
 _current = Trace()
-_config_module.watch(_guard_changed)
+_watch_config(_guard_changed)
 # Set while tensor/replay.py lowers an op on placeholders: a lowering that syncs, uploads or
 # downloads is not a pure function of its arguments' metadata and must not become a plan.
 building_plan = False
