@@ -676,3 +676,25 @@ def test_zero_size_tensors(case):
     """Found by OpInfo's full sample sets (lazydev.coverage --full)."""
     x = torch.zeros(0)
     assert_same(_EMPTY[case](x.to("wse")).cpu(), _EMPTY[case](x))
+
+
+def test_float_only_ops_are_the_ones_c_has_no_integer_form_of():
+    """trace/ir.py's FLOAT_ONLY, whose integer nodes are not made, names exactly the ops whose
+    C expression (compile/cexpr.py) needs floating values."""
+    from lazydev.compile import cexpr
+    from lazydev.trace.ir import BINARY, FLOAT_ONLY, UNARY, Op
+
+    def has_c_form(op, dtype):
+        try:
+            if op in UNARY:
+                cexpr.unary(op, dtype, "x", dtype)
+            else:
+                cexpr.binary(op, dtype, "a", "b")
+            return True
+        except cexpr.CodegenUnsupported:
+            return False
+    # made by codegen's own rules, not these tables
+    ruled = {Op.ERFINV, Op.CAST, Op.BITCAST, Op.POW, Op.TRUNCDIV, Op.FLOORDIV, Op.MOD, Op.FMOD}
+    for op in (UNARY | BINARY) - ruled:
+        assert has_c_form(op, torch.float32), op
+        assert has_c_form(op, torch.int32) == (op not in FLOAT_ONLY), op

@@ -208,6 +208,11 @@ _CASES = {
         torch.tensor([1, 2], dtype=torch.uint8, device=d), -2.5),
     "uint8 & float tensor": lambda d: torch.tensor([1, 2], dtype=torch.uint8, device=d) & (
         torch.tensor([1.0, 2.0], device=d)),
+    # float-only math of integers (compiled, wse failed the whole step at the sync)
+    "nextafter of int32": lambda d: (lambda x: torch.nextafter(x, x))(
+        torch.tensor([1, 2], dtype=torch.int32, device=d)),
+    "hypot of uint8": lambda d: (lambda x: torch.hypot(x, x))(
+        torch.tensor([3, 4], dtype=torch.uint8, device=d)),
     # no integer kernel for rounding to decimals (wse gave zeros)
     "round(decimals=-1) of int64": lambda d: torch.tensor([45, -95], device=d).round(decimals=-1),
     "round_(decimals=1) of int16": lambda d: torch.tensor([45], dtype=torch.int16,

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .ir import Node, Op
+from .ir import FLOAT_ONLY, Node, Op
 from .state import reshape, scalar
 
 __all__ = ["const", "cast", "expand", "ew", "as_node", "permute", "reduce", "reshape", "scalar",
@@ -115,6 +115,9 @@ def expand(n: Node, shape: tuple) -> Node:
 def ew(op: Op, dtype: torch.dtype, shape: tuple, *srcs: Node) -> Node:
     """An elementwise node: sources broadcast to `shape`. 0-dim sources stay 0-dim (a scalar
     reads the same at every position), which saves two nodes per scalar operand."""
+    if op in FLOAT_ONLY and not dtype.is_floating_point:
+        # the op runs on the CPU, whose kernel gives its value or its error
+        raise Unsupported(f"{op.name} of {dtype}: no C form for values that are not floating")
     return Node(op, dtype, shape, tuple([s if not s.shape else expand(s, shape) for s in srcs]))
 
 

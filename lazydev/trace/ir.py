@@ -89,6 +89,14 @@ class Op(IntEnum):
 UNARY = frozenset(op for op in Op if 10 <= op < 60)
 BINARY = frozenset(op for op in Op if 60 <= op < 90)
 ELEMENTWISE = UNARY | BINARY | {Op.WHERE, Op.LERP, Op.SPECIAL, Op.CHECK, Op.FMA}
+# Elementwise ops whose C form is a math function of floating values (compile/cexpr.py): of
+# integers or bools no node is made (trace/build.py `ew`), as C has none to give and the CPU
+# refuses most (nextafter of int32 failed the whole step at the sync, losing its other values)
+FLOAT_ONLY = frozenset({
+    Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.COS, Op.TANH, Op.ERF, Op.LOG1P, Op.EXPM1, Op.TAN,
+    Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERFC,
+    Op.EXP2, Op.LOG2, Op.LOG10, Op.LGAMMA, Op.ERFINV, Op.ATAN2, Op.HYPOT, Op.COPYSIGN,
+    Op.NEXTAFTER})
 MOVEMENT = frozenset(op for op in Op if 100 <= op < 120)
 REDUCE = frozenset(op for op in Op if 120 <= op < 140) | {Op.CUMARG}
 LEAF = frozenset({Op.DATA, Op.SCALAR, Op.CONST, Op.INDEX})
