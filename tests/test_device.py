@@ -259,6 +259,27 @@ def test_wse_indices_into_a_cpu_tensor_raise_as_cuda_ones_do():
     assert torch.arange(3.0, device="wse")[torch.tensor([0, 2])].cpu().tolist() == [0.0, 2.0]
 
 
+@pytest.mark.parametrize("write", [
+    lambda y, i, v: y.__setitem__(i, v),
+    lambda y, i, v: y.index_put_((i,), v, accumulate=True),
+    lambda y, i, v: y.index_copy_(0, i, v),
+])
+def test_cpu_values_written_by_index_into_a_wse_tensor_raise_as_cuda_ones_do(write):
+    """Values on the CPU (but a 0-dim one) were written into a wse tensor, and, when they
+    required grad, backward failed at an autograd INTERNAL ASSERT; CUDA refuses them. A slice
+    assignment (a copy_) still takes CPU values, with their gradient."""
+    v = torch.ones(2, 5, requires_grad=True)
+    y = torch.zeros(4, 5, device="wse")
+    with pytest.raises(RuntimeError, match=r"same device"):
+        write(y, torch.tensor([0, 2], device="wse"), v)
+    y[torch.tensor([0, 2], device="wse")] = torch.tensor(3.0)
+    assert y.cpu()[[0, 2]].eq(3.0).all() and y.cpu()[[1, 3]].eq(0.0).all()
+    y = torch.zeros(4, 5, device="wse", requires_grad=True).clone()
+    y[:2] = v
+    (y * 2).sum().backward()
+    assert v.grad.eq(2.0).all()
+
+
 def test_numpy_force_copies_as_it_does_from_cuda():
     """numpy(force=True) is .detach().cpu()...numpy(); wse raised TypeError for it."""
     x = torch.arange(3.0, requires_grad=True)

@@ -374,10 +374,8 @@ def lowered_op(func, args, kwargs):
     except meta.MetaUnsupported as e:
         return fallback_op(func, args, kwargs, why=f"no meta kernel: {e}")
     allow_cpu = func in _CPU_INDEX_OK
-    if allow_cpu and not isinstance(args[0], WseTensor):
-        # CPU indices into a wse tensor are allowed, as with CUDA; not wse indices into a CPU one
-        raise RuntimeError(f"indices should be either on cpu or on the same device as the "
-                           f"indexed tensor ({args[0].device})")
+    if allow_cpu:
+        _check_index_devices(func, args, kwargs)
     try:
         if meta.uncompiled(spec):
             raise _ComplexArg
@@ -397,6 +395,21 @@ def lowered_op(func, args, kwargs):
     return _wrap(out)
 
 
+def _check_index_devices(func, args, kwargs):
+    """CPU indices into a wse tensor are allowed, as with CUDA; not wse indices into a CPU
+    tensor, nor values on the CPU but a 0-dim one (CUDA's TensorIterator refuses them: values
+    that required grad were accepted and broke backward, at an autograd INTERNAL ASSERT)."""
+    if not isinstance(args[0], WseTensor):
+        raise RuntimeError(f"indices should be either on cpu or on the same device as the "
+                           f"indexed tensor ({args[0].device})")
+    values = args[2] if len(args) > 2 else kwargs.get("values")
+    if func in _INDEX_PUTS and not isinstance(values, WseTensor) and values.dim() > 0:
+        raise DeviceMismatch(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            "wse:0 and cpu! (move the values with .to('wse'))")
+
+
+_INDEX_PUTS = frozenset({aten.index_put.default, aten._unsafe_index_put.default})
 _CPU_INDEX_OK = frozenset({aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
                            aten._unsafe_index_put.default})
 
@@ -418,6 +431,11 @@ def decomposed_op(func, args, kwargs):
             raise
         # The decomposition's ops (amin and amax for aminmax) or its asserts speak for it,
         # unless the CPU accepts the call (addcmul of ints by value=0.5): then the CPU runs it.
+        # Not when it has CPU tensors with wse ones: all on the CPU, the call may be fine (an
+        # index_copy_ of a CPU source ran there, and a source that required grad then broke
+        # backward at an autograd INTERNAL ASSERT)
+        if _on_cpu_too(args, kwargs):
+            raise
         error = meta.cpu_error(func, args, kwargs, expand_large=False)
         if error is not None:
             raise error from None
@@ -425,6 +443,12 @@ def decomposed_op(func, args, kwargs):
     if out is NotImplemented:       # the decomposition does not cover these arguments
         return fallback_op(func, args, kwargs, why="decomposition returned NotImplemented")
     return out
+
+
+def _on_cpu_too(args, kwargs) -> bool:
+    """Whether the arguments have a CPU tensor that is not 0-dim (a 0-dim one is a number)."""
+    return any(isinstance(a, torch.Tensor) and not isinstance(a, WseTensor) and a.dim() > 0
+               for a in pytree.tree_leaves((args, kwargs)))
 
 
 def _complex_out(func, args, kwargs) -> bool:
