@@ -281,6 +281,17 @@ def test_the_same_calls_with_good_input_compute(make):
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
+def test_a_masked_fill_by_setitem_lets_no_other_index_put_of_its_dtypes_through():
+    """x[mask] = -2.5 of a long x is the CPU's masked_fill, which casts; the verdict was kept
+    for its dtypes, and x[[1]] = float values (refused by the CPU) was then truncated."""
+    for d in ("cpu", "wse"):
+        x = torch.zeros(4, 5, dtype=torch.int64, device=d)
+        x[x > 50] = torch.tensor(-2.5, device=d)
+        with pytest.raises(RuntimeError, match="Index put requires the source and destination"):
+            x[torch.tensor([1], device=d)] = torch.full((5,), 2.5, device=d)
+        assert x.cpu().eq(0).all()
+
+
 @pytest.mark.parametrize("make", [
     lambda d: torch.randn(-1, device=d), lambda d: torch.empty(2, -3, device=d),
     lambda d: torch.empty_strided((-1, 2), (2, 1), device=d),

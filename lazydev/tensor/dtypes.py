@@ -306,11 +306,25 @@ def _check_dtypes(func, names):
 
 def ask(func, args, kwargs, dtypes: tuple, expand_large: bool = True) -> None:
     """Raise the CPU's error for this call, unless the CPU accepted these `dtypes` before."""
+    kind = _KIND.get(func)
+    if kind is not None:
+        dtypes += kind(*args)
     if (func, dtypes) not in _accepted:
         error = meta.cpu_error(func, args, kwargs, expand_large)
         if error is not None:
             raise error
         _accepted.add((func, dtypes))
+
+
+def _index_put_kind(self, indices, values, *rest) -> tuple:
+    """What besides dtypes decides whether the CPU takes an index_put: one bool mask and one
+    value make it a masked_fill, which casts the value (x[x > 50] = -2.5 of a long x); other
+    indices refuse a value of another dtype (an earlier masked fill had let x[[1]] = 2.5
+    through, truncated)."""
+    return (tuple(None if i is None else i.dtype for i in indices), values.numel() == 1)
+
+
+_KIND = {aten.index_put.default: _index_put_kind, aten._unsafe_index_put.default: _index_put_kind}
 
 
 def check_cast(func, args, kwargs, result: torch.dtype, target: torch.dtype) -> None:
