@@ -231,6 +231,16 @@ _CASES = {
     "y[2:10].copy_(y[0:8])": lambda d: (lambda y: y[2:10].copy_(y[:8]))(torch.ones(12, device=d)),
     "x.copy_(x.t())": lambda d: (lambda x: x.copy_(x.t()))(torch.ones(2, 2, device=d)),
     "x.addcmul_(x.t(), x)": lambda d: (lambda x: x.addcmul_(x.t(), x))(torch.ones(2, 2, device=d)),
+    # an indexed write reading the memory it writes (ATen's assert_no_overlap; wse computed as
+    # if the input were cloned)
+    "x[[0, 1]] = x[2]": lambda d: (lambda x: x.__setitem__(torch.tensor([0, 1], device=d), x[2]))(
+        torch.ones(6, 5, device=d)),
+    "x.index_copy_(0, i, x[1:2])": lambda d: (lambda x: x.index_copy_(
+        0, torch.tensor([0], device=d), x[1:2]))(torch.ones(6, 5, device=d)),
+    "x.scatter_add_(0, i, x)": lambda d: (lambda x: x.scatter_add_(
+        0, torch.tensor([[1, 0, 2]], device=d), x))(torch.ones(4, 3, device=d)),
+    "gather(x, 0, i, out=x[:1])": lambda d: (lambda x: torch.gather(
+        x, 0, torch.tensor([[1, 0, 2]], device=d), out=x[:1]))(torch.ones(4, 3, device=d)),
     "add out= overlapping an input": lambda d: (lambda y: torch.add(y[:6], y[6:], out=y[3:9]))(
         torch.ones(12, device=d)),
 }
@@ -279,6 +289,16 @@ def test_the_same_calls_with_good_input_compute(make):
     assert make("wse").cpu().equal(got)          # again, from the remembered verdict
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_a_masked_scatter_reading_what_it_writes_gives_the_cpu_loops_values():
+    """x.masked_scatter_(x > 0, x) reads values the CPU's loop has already overwritten; wse
+    computed it as if x were cloned first."""
+    got = {}
+    for d in ("cpu", "wse"):
+        x = torch.tensor([-1.0, 2.0, 3.0, -4.0, 5.0, 6.0], device=d)
+        got[d] = x.masked_scatter_(x > 0, x).cpu()
+    torch.testing.assert_close(got["wse"], got["cpu"], atol=0, rtol=0)
 
 
 def test_a_masked_fill_by_setitem_lets_no_other_index_put_of_its_dtypes_through():

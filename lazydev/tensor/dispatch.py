@@ -162,6 +162,7 @@ def _choose(func):
             and not func.name().startswith("aten::_foreach_"):
         partial = torch.Tag.pointwise in func.tags or func is aten.copy_.default
         handler = overlap.refused(handler, written, partial, _to_cpu_args)
+    handler = overlap.no_overlap(func, handler, _to_cpu_args)
     return overlap.on_shared_memory(func, handler, _to_cpu_args)
 
 

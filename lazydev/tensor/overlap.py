@@ -174,3 +174,75 @@ def on_storage(func, pos, args, kwargs, to_cpu_args, why):
     func(*cpu_args, **cpu_kwargs)
     write_tensor(WseTensor(st, (st.numel,), (1,), 0), from_cpu(cpu))
     return t
+
+
+def _written(*specs) -> dict:
+    """func -> the schema position of the tensor it writes: `self` of in-place ops, `out`."""
+    table = {}
+    for func in specs:
+        names = [a.name for a in func._schema.arguments]
+        table[func] = names.index("out") if "out" in names else 0
+    return table
+
+
+# Ops whose kernels ATen guards with assert_no_overlap(written, input): an input sharing any
+# memory with the written tensor, the same view included, is refused, not only a partial
+# overlap as by TensorIterator's ops (x[[0, 1]] = x[2], x.index_copy_(0, i, x[1:2]) and
+# x.scatter_(0, i, x) were computed as if the input were cloned).
+_NO_OVERLAP = _written(
+    aten.index_put_.default, aten._index_put_impl_.default, aten.index_copy_.default,
+    aten.index_add_.default, aten.scatter_.src, aten.scatter_.reduce, aten.scatter_add_.default,
+    aten.scatter_reduce_.two, aten.put_.default, aten.gather.out, aten.index_select.out,
+    aten.take.out)
+# ... and ones that read their input as they write, which the CPU allows: only the CPU's loop
+# gives their result (x.masked_scatter_(x > 0, x) reads values it has already overwritten)
+_READS_WHAT_IT_WRITES = _written(aten.masked_scatter_.default)
+
+
+def no_overlap(func, handler, to_cpu_args):
+    """`handler`, refusing (or running on the CPU, as ATen computes them) calls whose inputs
+    share memory with the tensor written (_NO_OVERLAP, _READS_WHAT_IT_WRITES)."""
+    pos = _NO_OVERLAP.get(func)
+    if pos is None:
+        pos = _READS_WHAT_IT_WRITES.get(func)
+        if pos is None:
+            return handler
+
+    def run(func, args, kwargs):
+        t = arg_at(func, pos, args, kwargs)
+        if type(t) is WseTensor and t.numel():
+            name = func._schema.arguments[pos].name
+            inputs = [a for i, a in enumerate(args) if i != pos] + [
+                v for k, v in kwargs.items() if k != name]
+            for a in _tensors(inputs):
+                if a._st is not t._st or not a.numel() or not _shared(t, a):
+                    continue
+                if func in _NO_OVERLAP and _dense(t) and _dense(a):
+                    raise RuntimeError(
+                        "unsupported operation: some elements of the input tensor and the "
+                        "written-to tensor refer to a single memory location. Please clone() "
+                        "the tensor before performing the operation.")
+                return on_storage(func, pos, args, kwargs, to_cpu_args, "it reads what it writes")
+        return handler(func, args, kwargs)
+    return run
+
+
+def _tensors(args):
+    for a in args:
+        if type(a) is WseTensor:
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tensors(a)
+
+
+def _dense(t: WseTensor) -> bool:
+    return _no_gaps(t.shape, t.stride())
+
+
+def _shared(a: WseTensor, b: WseTensor) -> bool:
+    """Whether views `a` and `b` of one storage span common memory: ATen's overlap status Full
+    or Partial for dense views; an element in common for others."""
+    if _dense(a) and _dense(b):
+        (sa, _, oa, _, _), (sb, _, ob, _, _) = a._lz_meta, b._lz_meta
+        return oa < ob + math.prod(sb) and ob < oa + math.prod(sa)
+    return a is b or shares_elements(a, b)
