@@ -471,6 +471,9 @@ _INT_VALUES = {
     "full_like": lambda x, s: torch.full_like(x, s) + x,
     "x >= step": lambda x, s: (x >= s - 8).float(),
     "add alpha": lambda x, s: torch.add(x, x, alpha=s + 2),
+    # a plan of several nodes (a CALL): a half tensor times an int, computed in float
+    "half * step": lambda x, s: x.half() * s,
+    "bfloat16 / step": lambda x, s: x.bfloat16() / s,
 }
 
 
@@ -482,11 +485,16 @@ def test_an_int_from_a_step_counter_in_a_floating_op_compiles_once(name, fresh_c
     f = _INT_VALUES[name]
     x = torch.randn(8, 16)
     xw = x.to("wse")
+    lazydev.mark_step()
+    misses = lazydev.metrics.counters()["cache_misses"]
     for step in range(2, 7):
         got = f(xw, step)
         lazydev.mark_step()
         assert_same(got.cpu(), f(x, step))
     assert lazydev.metrics.counters()["compilations"] == 1
+    # not even a graph the disk cache has (the same C, under a new graph key: the half's
+    # multiplication made a macro per int)
+    assert lazydev.metrics.counters()["cache_misses"] - misses == 1
 
 
 def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_cache):

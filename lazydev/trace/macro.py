@@ -50,8 +50,12 @@ _SHARED: dict = {}
 
 def shared_macro(consts, recipes, out, n_inputs: int) -> "Macro":
     """The Macro of these recipes, one per structure (Note [Shared macros])."""
+    # A runtime scalar's recipe says where its value comes from, which the plan reads and the
+    # macro does not (it takes the scalar nodes it is given): x * step of a half x made a plan
+    # per int (ints are in signatures), each with the scalar's value as its source, and so a
+    # macro, a graph key and a compilation per step.
     key = (tuple([c.key for c in consts]), n_inputs, out,
-           tuple([(op, dtype, shape, refs, None if arg is None else _arg_id(arg))
+           tuple([(op, dtype, shape, refs, None if arg is None or refs is None else _arg_id(arg))
                   for op, dtype, shape, refs, arg in recipes]))
     macro = _SHARED.get(key)
     if macro is None:
