@@ -524,10 +524,31 @@ def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_
     assert lazydev.metrics.counters()["compilations"] - before <= 2
     assert_same(got, run("cpu"))
     n = torch.arange(4).to("wse")
-    with pytest.warns(UserWarning, match=r"int operand of an integer op") as seen:
+    with pytest.warns(UserWarning, match=r"int divisor or shift of an integer op") as seen:
         for step in range(lazydev.config.recompile_warn):
-            (n * step).sum().item()
+            (n % (step + 2)).sum().item()
     assert any(r.filename == __file__ for r in seen)
+
+
+def test_changing_int_operands_of_integer_ops_do_not_recompile(fresh_cache):
+    """ids + step, arange(T) + step, ids * step and positions < length with a new int each
+    step compiled a program each (the int was a constant of the integer op); they are int64
+    runtime scalars, converted to the op's dtype as ATen converts them."""
+    def run(device):
+        ids = torch.tensor([[3, 250, 7], [0, 1, 2]], dtype=torch.uint8, device=device)
+        pos = torch.arange(6, dtype=torch.int32, device=device)
+        out, misses = [], []
+        for step in range(2, 9):
+            out.append(((ids + step), (ids * step), (ids > -step), (pos + step) * (pos < step),
+                        torch.add(pos, pos, alpha=step), pos.clamp(max=step)))
+            if device == "wse":
+                lazydev.mark_step()
+                misses.append(lazydev.metrics.counters()["cache_misses"])
+        return out, misses
+
+    got, misses = run("wse")
+    assert misses[1] == misses[-1]      # the first step also uploads ids and pos
+    assert_same(got, run("cpu")[0])
 
 
 def test_views_over_a_whole_buffer_are_one_node_per_trace():

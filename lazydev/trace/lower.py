@@ -15,7 +15,7 @@ import torch
 
 from .. import metrics
 from .build import (Unsupported, as_node, cast, const, ew, expand, full, opmath, permute, reduce,
-                    reshape)
+                    reshape, scalar)
 from .build import broadcast_shape
 from .build import contiguous_strides as build_strides
 from .ir import Node, Op
@@ -40,8 +40,8 @@ def _checked(op, fn):
     numbers = _number_arguments(op)
 
     def lower(spec, *args, **kwargs):
-        if numbers and _floating(spec, args):
-            args, kwargs = _as_floats(op, numbers, args, kwargs)
+        if numbers:
+            args, kwargs = _at_runtime(numbers, _floating(spec, args), args, kwargs)
         out = fn(spec, *args, **kwargs)
         wrong = disagreement(spec, out)
         if wrong is not None:
@@ -57,7 +57,9 @@ def _checked(op, fn):
 # program per step. As a float of the same value they are runtime scalars. Not exponents or
 # divisors, whose lowerings branch on the value; nor -1, 0 and 1, constants a model writes
 # (masked_fill(m, 0), alpha=1, full_like(x, 1)) that the C folds: a counter compiles for those
-# values and once more for the rest.
+# values and once more for the rest. An integer op's int operand (ids + step, arange(T) + t,
+# positions < length) is a runtime scalar too, an int64 one read from a double (exact to 2**53);
+# C converts it to the op's dtype as ATen converts the number (uint8 x > -2 compares with 254).
 _NUMBER_ARGUMENTS = {
     "clamp": ("min", "max"), "clamp_min": ("min",), "clamp_max": ("max",),
     "where": ("self", "other"), "masked_fill": ("value",), "fill": ("value",),
@@ -65,15 +67,16 @@ _NUMBER_ARGUMENTS = {
     "add": ("other", "alpha"), "sub": ("other", "alpha"), "rsub": ("other", "alpha"),
     "addcmul": ("value",), "addcdiv": ("value",), "lerp": ("weight",),
     "eq": ("other",), "ne": ("other",), "lt": ("other",), "le": ("other",), "gt": ("other",),
-    "ge": ("other",), "maximum": ("other",), "minimum": ("other",),
+    "ge": ("other",), "maximum": ("other",), "minimum": ("other",), "mul": ("other",),
 }
 
 
 def _number_arguments(op) -> tuple:
-    """(position, name) of op's Scalar arguments that _NUMBER_ARGUMENTS lists."""
+    """(position, name) of op's Scalar arguments that _NUMBER_ARGUMENTS lists, and its Tensor
+    ones, which a number reaches as a Python number (ids + 5 is add.Tensor(ids, 5))."""
     names = _NUMBER_ARGUMENTS.get(op.overloadpacket.__name__, ())
-    return tuple((i, a.name) for i, a in enumerate(op._schema.arguments)
-                 if a.name in names and str(a.type) in ("number", "Optional[number]"))
+    return tuple((i, a.name) for i, a in enumerate(op._schema.arguments) if a.name in names
+                 and str(a.type) in ("number", "Optional[number]", "Tensor"))
 
 
 def _floating(spec, args) -> bool:
@@ -84,18 +87,22 @@ def _floating(spec, args) -> bool:
     return any(s is not None and s.dtype.is_floating_point for s in specs)
 
 
-def _as_floats(op, numbers, args, kwargs):
+def _at_runtime(numbers, floating: bool, args, kwargs):
     args = list(args)
     for i, name in numbers:
         if i < len(args):
-            args[i] = _runtime(args[i])
+            args[i] = _runtime(args[i], floating)
         elif name in kwargs:
-            kwargs = {**kwargs, name: _runtime(kwargs[name])}
+            kwargs = {**kwargs, name: _runtime(kwargs[name], floating)}
     return tuple(args), kwargs
 
 
-def _runtime(v):
-    return v if type(v) is int and -1 <= v <= 1 else _number(v, torch.float64)
+def _runtime(v, floating: bool):
+    """Int operand `v` as a runtime scalar (a float for a floating op, an int64 node for an
+    integer one), but -1, 0, 1 and ints past 2**53."""
+    if type(v) is not int or -1 <= v <= 1 or not -_EXACT_INT <= v <= _EXACT_INT:
+        return v
+    return float(v) if floating else cast(scalar(float(v)), torch.int64)
 
 
 def disagreement(spec, out) -> str | None:
