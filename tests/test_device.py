@@ -259,6 +259,31 @@ def test_wse_indices_into_a_cpu_tensor_raise_as_cuda_ones_do():
     assert torch.arange(3.0, device="wse")[torch.tensor([0, 2])].cpu().tolist() == [0.0, 2.0]
 
 
+@pytest.mark.parametrize("make", [
+    lambda d: torch.arange(24.0, device=d).mul(1).as_strided((100000,), (1,)),
+    lambda d: torch.arange(24.0, device=d).reshape(4, 6).as_strided((10, 10), (10, 1)),
+    lambda d: torch.arange(24.0, device=d).as_strided((2, 2), (1, 1), 23),
+    lambda d: torch.ones(6, device=d)[2:].as_strided_((5,), (1,)),
+])
+def test_a_view_past_its_storage_raises_the_cpu_error(make):
+    """as_strided past the storage's end was accepted: it read past the device buffer, and a
+    write through it corrupted the heap (the process aborted)."""
+    with pytest.raises(RuntimeError) as cpu:
+        make("cpu")
+    with pytest.raises(RuntimeError) as wse:
+        make("wse")
+    assert str(wse.value) == str(cpu.value)
+
+
+def test_empty_strided_with_gaps_holds_the_layout_it_was_asked_for():
+    """empty_strided((64, 64), (4096, 1)) made a row-major storage of 64 * 64 elements, and
+    as_strided with the strides asked for (valid on the CPU) then wrote past it."""
+    x = torch.empty_strided((64, 64), (4096, 1), device="wse")
+    y = x.as_strided(x.shape, (4096, 1))
+    y.fill_(1.0)
+    assert y.cpu().eq(1.0).all() and x.sum().item() == 64     # x's row 0 is y's row 0
+
+
 @pytest.mark.parametrize("write", [
     lambda y, i, v: y.__setitem__(i, v),
     lambda y, i, v: y.index_put_((i,), v, accumulate=True),

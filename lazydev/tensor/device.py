@@ -161,9 +161,17 @@ def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=
 @state.recorder
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     # Storage is always dense row-major on wse: strides requested here describe a fresh
-    # allocation, and a contiguous one holds the same values.
+    # allocation, and a contiguous one holds the same values. Strides with gaps get a storage
+    # of the extent they ask for (under the row-major tensor), as the CPU's: as_strided(size,
+    # stride) of the result, which code that asked for them may take, stays in bounds.
     check_index(device)
-    return empty_tensor(size, dtype)
+    need = build.extent(size, stride, 0)
+    if need <= _numel(size):
+        return empty_tensor(size, dtype)
+    from .wse_tensor import WseTensor
+    whole = empty_tensor((need,), dtype)
+    return WseTensor(whole._st, tuple(size), build.contiguous_strides(tuple(size)), 0,
+                     dtype=whole.dtype)
 
 
 @state.recorder

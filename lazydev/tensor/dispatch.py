@@ -22,8 +22,8 @@ from . import dtypes, foreach, guards, overlap, replay
 from .device import check_index
 from .fallback import _mutated_positions, _out_names, _to_cpu_args, _upload, fallback_op
 from .overlap import arg_at
-from .wse_tensor import (ComplexValue, WseTensor, bitcasts, from_node, restride, value, write,
-                          write_tensor)
+from .wse_tensor import (ComplexValue, WseTensor, bitcasts, check_in_bounds, from_node, restride,
+                          value, write, write_tensor)
 
 aten = torch.ops.aten
 # id(OpOverload) -> its handler, keyed by id as the replay signature is (replay.KEPT_OPS, which
@@ -149,6 +149,8 @@ def _choose(func):
         key = replay.checked_key(func)
         if key is not None and (handler is not inner or not dtypes.has_rule(func)):
             _NATIVE[handler] = key      # replayed in C under it (Note [Native recording])
+    if func in _AS_STRIDED:
+        handler = _in_bounds(handler)
     names = {a.name for a in func._schema.arguments}
     if "layout" in names:
         handler = _strided_only(handler)
@@ -164,6 +166,19 @@ def _choose(func):
         handler = overlap.refused(handler, written, partial, _to_cpu_args)
     handler = overlap.no_overlap(func, handler, _to_cpu_args)
     return overlap.on_shared_memory(func, handler, _to_cpu_args)
+
+
+_AS_STRIDED = frozenset({aten.as_strided.default, aten.as_strided_.default})
+
+
+def _in_bounds(handler):
+    def run(func, args, kwargs):
+        t = args[0]
+        if type(t) is WseTensor:
+            size, stride = (arg_at(func, i, args, kwargs) for i in (1, 2))
+            check_in_bounds(t, size, stride, arg_at(func, 3, args, kwargs))
+        return handler(func, args, kwargs)
+    return run
 
 
 def _replayed_first(checked):

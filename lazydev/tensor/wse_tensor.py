@@ -473,6 +473,21 @@ def _copy_shape_error(shape: tuple, size: tuple):
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
+def check_in_bounds(t: WseTensor, size, stride, offset) -> None:
+    """The CPU's setStorage check for a view of `t`'s storage (as_strided): a view past its
+    end was made, and writing through it wrote past the device buffer (a heap corruption)."""
+    if offset is None:
+        offset = t.storage_offset()
+    item = t.dtype.itemsize
+    need = build.extent(size, stride, 0) * item
+    have = t._st.numel * t._st.dtype.itemsize
+    if need and need + offset * item > have:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
+            f"and itemsize {item} requiring a storage size of {need + offset * item} are out "
+            f"of bounds for storage of size {have}")
+
+
 def restride(t: WseTensor, size, stride, offset: int) -> None:
     """Give `t` new sizes, strides and offset over its storage `t._st` (set_, resize_,
     as_strided_). PyTorch's storage of a wrapper holds no data; it only bounds the view, so when
