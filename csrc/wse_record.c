@@ -57,16 +57,17 @@ static PyObject *g_acquire, *g_release;   /* the RECORDING lock's */
 
 /* Interned attribute names. */
 static PyObject *s_st, *s_meta, *s_full, *s_cache, *s_node, *s_dtype, *s_one, *s_scalars,
-    *s_run, *s_current, *s_nodes, *s_scalar_nodes, *s_numel, *s_set_node, *s_pending;
+    *s_run, *s_current, *s_nodes, *s_scalar_nodes, *s_numel, *s_set_node, *s_pending,
+    *s_is_inference;
 
 static int intern_names(void) {
   const char* names[] = {"_st", "_lz_meta", "_lz_full", "_lz_cache", "node", "dtype", "_one",
                          "_scalars", "run", "_current", "nodes", "scalar_nodes", "numel",
-                         "set_node", "pending"};
+                         "set_node", "pending", "is_inference"};
   PyObject** slots[] = {&s_st, &s_meta, &s_full, &s_cache, &s_node, &s_dtype, &s_one,
                         &s_scalars, &s_run, &s_current, &s_nodes, &s_scalar_nodes, &s_numel,
-                        &s_set_node, &s_pending};
-  for (int i = 0; i < 15; i++) {
+                        &s_set_node, &s_pending, &s_is_inference};
+  for (int i = 0; i < 16; i++) {
     if (!*slots[i] && !(*slots[i] = PyUnicode_InternFromString(names[i]))) return -1;
   }
   return 0;
@@ -630,12 +631,14 @@ done:
 
 /* A view (VIEW: through its cached specs; ALIAS: detach and alias, the tensor's own view) of
    `call[3]`, the call's first argument, when that is a wse tensor of its storage's dtype (not
-   complex, Note [Complex storage]) and inference mode is off (Note [Views in inference mode]
-   in dispatch.py); else NULL, without an error. */
+   complex, Note [Complex storage]), inference mode is off and the base is not an inference
+   tensor (Note [Views in inference mode] in dispatch.py); else NULL, without an error. */
 static PyObject* view(long kind, PyObject* call[4]) {
   PyObject *base = call[3], *st = NULL, *meta = NULL, *dtype = NULL, *full = NULL, *out = NULL;
-  PyObject* inference = PyObject_CallNoArgs(g_inference);
+  PyObject *inference = PyObject_CallNoArgs(g_inference), *of_inference = NULL;
   if (inference == Py_False && (PyObject*)Py_TYPE(base) == g_tensor_type &&
+      (of_inference = PyObject_CallMethodObjArgs(base, s_is_inference, NULL)) &&
+      of_inference == Py_False &&
       (st = PyObject_GetAttr(base, s_st)) && (meta = PyObject_GetAttr(base, s_meta)) &&
       (dtype = PyObject_GetAttr(st, s_dtype)) && PyTuple_Check(meta) &&
       PyTuple_Size(meta) == 5 && PyTuple_GetItem(meta, 4) == dtype) {
@@ -645,7 +648,9 @@ static PyObject* view(long kind, PyObject* call[4]) {
       out = wrap(st, PyTuple_GetItem(meta, 0), PyTuple_GetItem(meta, 1),
                  PyTuple_GetItem(meta, 2), dtype, meta, full);
   }
+  if (!of_inference) PyErr_Clear();
   Py_XDECREF(inference);
+  Py_XDECREF(of_inference);
   Py_XDECREF(st);
   Py_XDECREF(meta);
   Py_XDECREF(dtype);

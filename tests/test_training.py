@@ -211,6 +211,21 @@ def test_views_of_tensors_made_before_inference_mode_work_inside_it():
     assert_same(out["wse"], out["cpu"])
 
 
+def test_views_of_inference_tensors_made_outside_inference_mode_are_inference_tensors():
+    """As on the CPU: c[0], c.t(), c.detach() of a c made inside the block, taken after it,
+    were normal tensors; writes through them were allowed, and c[0] saved for backward gave
+    a gradient of c's values as changed later."""
+    for dev in ("cpu", "wse"):
+        with torch.inference_mode():
+            c = torch.ones(2, 3, device=dev)
+        for v in (c[0], c.t(), c.detach(), c.view(6), c.expand(2, 2, 3)):
+            assert v.is_inference(), (dev, v.shape)
+        with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside"):
+            c[0].add_(1)
+        with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+            (c[0] * torch.ones(3, device=dev, requires_grad=True)).sum()
+
+
 def test_a_cpu_gradient_for_a_wse_output_raises_at_backward():
     """As the engine checks a CUDA output's gradient (it skips subclasses, Note [Root gradients
     on another device]): a CPU one left w.grad on the CPU, and opt.step() raised. A 0-dim one

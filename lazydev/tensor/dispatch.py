@@ -488,8 +488,8 @@ def alias_op(func, args, kwargs):
     detaches every gradient it stores and every tensor it saves: two or more per parameter per
     training step; a detach from Python took 6.2 us through the general view path, 4.8 here)."""
     t = args[0]
-    if _inference_mode() and not t.is_inference():
-        return _normal_view(func, args, kwargs)
+    if _inference_mode() is not t.is_inference():
+        return _view_as_base(func, args, kwargs)
     if type(t) is not WseTensor or t._lz_meta[4] is not t._st.dtype:    # complex, bitcast
         return view_op(func, args, kwargs)
     size, stride, offset, _, _ = meta = t._lz_meta
@@ -501,19 +501,22 @@ def alias_op(func, args, kwargs):
 # tensor; PyTorch then links it to its base as a view, which fails for a base made outside the
 # block ("Cannot set version_counter for inference tensor"): x[1:], x.view(...), cache[:, t] = v
 # of a mask or KV cache made before the block raised where the CPU gives a normal tensor. So
-# views of normal tensors are made with inference mode off, as normal tensors.
+# views of normal tensors are made with inference mode off, as normal tensors; and views of
+# inference tensors with it on, as inference tensors, as the CPU's are (made outside the block,
+# they were normal: writes through c[0] of an inference c were allowed, and a c[0] saved for
+# backward then changed under it, giving a wrong gradient).
 _inference_mode = torch.is_inference_mode_enabled
 
 
-def _normal_view(func, args, kwargs):
-    with torch.inference_mode(False):
+def _view_as_base(func, args, kwargs):
+    with torch.inference_mode(args[0].is_inference()):
         return view_op(func, args, kwargs) if func not in _ALIASES else alias_op(
             func, args, kwargs)
 
 
 def view_op(func, args, kwargs):
-    if _inference_mode() and isinstance(args[0], torch.Tensor) and not args[0].is_inference():
-        return _normal_view(func, args, kwargs)
+    if isinstance(args[0], torch.Tensor) and _inference_mode() is not args[0].is_inference():
+        return _view_as_base(func, args, kwargs)
     base = args[0] if args and type(args[0]) is WseTensor else None
     # Not complex: its dtype is its storage's (`base.dtype.is_complex` costs 0.2 us).
     if base is not None and base._lz_meta[4] is base._st.dtype:
