@@ -198,6 +198,32 @@ def test_storage_level_calls_raise_instead_of_crashing(make):
     assert_same(a * 2, torch.arange(8.0) * 2)
 
 
+def test_copies_and_pickles_keep_device_aliasing_and_attributes(tmp_path):
+    """As on the CPU: copy.copy of a wse tensor or Parameter aliases it on wse (it gave a CPU
+    copy); torch.save keeps Python attributes (dropped) and views of a complex storage as views
+    (saved as separate copies); deepcopy of a sparse wse tensor (AttributeError); is_set_to
+    (always False); set_ to a CPU tensor raises, as CUDA's (it uploaded a copy)."""
+    w = torch.arange(4.0).to("wse")
+    w.tag = "kept"
+    s = copy.copy(w)
+    s.add_(1)
+    assert s.device.type == "wse" and s.tag == "kept" and w.is_set_to(s) and w[0:].is_set_to(w)
+    assert_same(w, torch.arange(4.0) + 1)
+    p = nn.Linear(2, 2).to("wse").weight
+    assert isinstance(copy.copy(p), nn.Parameter) and copy.copy(p).is_set_to(p)
+    z = torch.arange(12.0).reshape(3, 4).to(torch.complex64).to("wse")
+    torch.save([w, z, z.t()[1:]], tmp_path / "c.pt")
+    w2, z2, v2 = torch.load(tmp_path / "c.pt", weights_only=False)
+    assert w2.tag == "kept" and (v2.stride(), v2.storage_offset()) == ((1, 4), 1)
+    z2[1, 1] = 100
+    assert v2[0, 1].item() == 100
+    sparse = copy.deepcopy(torch.eye(3).to_sparse().to("wse"))
+    assert sparse.layout == torch.sparse_coo and sparse.device.type == "wse"
+    assert_same(sparse.to_dense(), torch.eye(3))
+    with pytest.raises(RuntimeError, match="set_: the source is on cpu"):
+        torch.empty(0, device="wse").set_(torch.ones(3))
+
+
 def test_deepcopy_of_a_trained_model_and_its_optimizer():
     """copy.deepcopy of a wse model (an EMA copy, the best weights so far) raised TypeError:
     torch's deepcopy also copies a subclass's __dict__, lazydev's device buffer included. The

@@ -10,6 +10,8 @@ works at the wrapper's level as for any wse tensor.
 """
 from __future__ import annotations
 
+import copy
+
 import functools
 
 import torch
@@ -69,6 +71,16 @@ class WseSparseTensor(WseTensor):
         if self.requires_grad:
             cpu.requires_grad_()
         return cpu.__reduce_ex__(protocol)
+
+    def __copy__(self):
+        return WseSparseTensor(self._host)      # aliasing, as the CPU's copy.copy
+
+    def __deepcopy__(self, memo):
+        """As the CPU's: a copy of the host tensor (WseTensor's copies a dense storage)."""
+        if id(self) not in memo:
+            new = memo[id(self)] = WseSparseTensor(copy.deepcopy(self._host, memo))
+            new.requires_grad_(self.requires_grad)
+        return memo[id(self)]
 
     def __bool__(self):
         return bool(self._host)

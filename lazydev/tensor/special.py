@@ -96,6 +96,15 @@ def _is_nonzero(func, args, kwargs):
     return to_bool(args[0])
 
 
+@special(aten.is_set_to.default)
+def _is_set_to(func, args, kwargs):
+    """Whether two tensors are the same view of one storage (the fallback compared two CPU
+    copies: always False)."""
+    a, b = args[0], args[1]
+    return (type(a) is WseTensor and type(b) is WseTensor and a._st is b._st
+            and a._lz_meta == b._lz_meta)
+
+
 @special(aten.equal.default)
 def _equal(func, args, kwargs):
     if args[0].device != args[1].device:        # as CUDA's equal checks, 0-dim tensors too
@@ -227,7 +236,10 @@ def _arange_out(func, args, kwargs):
 def _set_(func, args, kwargs):
     t, src = args
     if not isinstance(src, WseTensor):
-        src = _upload(src)
+        # as CUDA's: sharing another device's memory is not possible (an upload here made a
+        # copy that looked shared)
+        raise RuntimeError(f"set_: the source is on {src.device}, the tensor on wse:0; share "
+                           "a wse tensor's memory (t.set_(src.to('wse')))")
     t._st = src._st
     restride(t, *src._lz_meta[:3])
     return t
@@ -239,6 +251,9 @@ def _set_storage_(func, args, kwargs):
     its bytes, uploaded once per storage and dtype (Note [Loading onto wse], device.py)."""
     t, storage = args[0], args[1]
     host = getattr(storage, "_lz_host", None)
+    if host is None and storage.device.type != "wse":
+        raise RuntimeError(f"set_: the storage is on {storage.device}, the tensor on wse:0; "
+                           "share a wse tensor's memory (t.set_(src.to('wse')))")
     if host is None:
         # Also what a wse tensor's own storage's reading methods (tolist, printing) reach:
         # torch implements them as set_ on an empty tensor.

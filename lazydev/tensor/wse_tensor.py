@@ -139,14 +139,26 @@ class WseTensor(torch.Tensor):
         """Pickling (torch.save) stores the values as a CPU tensor: loading gives CPU tensors,
         which `.to("wse")` or `load_state_dict` into a wse model bring back. Views of one
         storage are saved as views of one CPU copy of it (so they alias again when loaded), and
-        a Parameter as a Parameter."""
+        a Parameter as a Parameter; Python attributes with them, as the CPU's are kept."""
         cpu = _saved(self)
+        attrs = {k: v for k, v in self.__dict__.items()
+                 if k not in _LAZY_STATE and k != "_is_param"}
         if isinstance(self, torch.nn.Parameter):
-            return (torch._utils._rebuild_parameter,
-                    (cpu, self.requires_grad, collections.OrderedDict()))
+            return (torch._utils._rebuild_parameter_with_state,
+                    (cpu, self.requires_grad, collections.OrderedDict(), attrs))
         if self.requires_grad:
             cpu.requires_grad_()
+        if attrs:       # (cpu is a view of the saved copy, a tensor of its own)
+            cpu.__dict__.update(attrs)
         return cpu.__reduce_ex__(protocol)
+
+    def __copy__(self):
+        """copy.copy as on the CPU: a leaf over this tensor's storage (it aliases), with its
+        requires_grad and attributes; not the CPU copy that __reduce_ex__ makes for pickling."""
+        size, stride, offset = self._lz_meta[:3]
+        new = WseTensor(self._st, size, stride, offset, self.requires_grad, self.dtype)
+        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in _LAZY_STATE)
+        return new
 
     def __deepcopy__(self, memo):
         """copy.deepcopy (of a model: an EMA copy, the best weights so far) as on the CPU: a
@@ -536,8 +548,10 @@ def _saved(t: WseTensor) -> torch.Tensor:
     same value: torch.save writes one storage per CPU storage, so the views alias again."""
     st = t._st
     dtype = t._lz_meta[4]
-    if (dtype is not st.dtype and not bitcasts(dtype, st.dtype)) or t._lz_meta[3] != st.numel:
-        return to_cpu(t, reason="save")         # complex pairs, a regrown storage: the values
+    if (dtype is not st.dtype and not bitcasts(dtype, st.dtype) and not (
+            dtype.is_complex and dtype.to_real() is st.dtype)) or \
+            t._lz_meta[3] * dtype.itemsize != st.numel * st.dtype.itemsize:
+        return to_cpu(t, reason="save")         # a regrown storage: the values
     sync.sync("save", needed=st.node is not None or st.buf is None)
     if st.buf is None:
         _no_value(st)
