@@ -98,6 +98,15 @@ def test_conv3d_and_transposed(conv):
     run_both(conv, leaf(2, 4, 5, 6, 5), leaf(6, 4, 3, 3, 2))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_conv1d_backward_of_a_transposed_input(dtype):
+    """A half conv's backward is traced on contiguous stand-ins: replayed on a transposed input
+    (an embedding's (B, T, D) as (B, D, T)) whose output has length 1, a view in it raised."""
+    run_both(lambda x, w, b: F.conv1d(x.transpose(1, 2), w, b),
+             *(t.to(dtype).detach().requires_grad_() for t in (leaf(2, 3, 3), leaf(4, 3, 3),
+                                                                leaf(4))))
+
+
 def test_conv_transpose_groups_dilation():
     run_both(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(3, 2), padding=(1, 2),
                                                 output_padding=(2, 1), groups=2, dilation=2),

@@ -167,7 +167,9 @@ def _replay(gm: torch.fx.GraphModule, vjp: Vjp) -> list:
             v = next(placeholders)
             if not isinstance(v, torch.Tensor) and v is not None and node.users:
                 raise _Untraceable("the backward reads an input only its shape is known of")
-            env[node] = v
+            # as traced: on contiguous stand-ins (`_meta`), whose graph may view what a
+            # strided input cannot (a bf16 conv1d's backward of a transposed input failed)
+            env[node] = v.contiguous() if isinstance(v, torch.Tensor) else v
         elif node.op == "call_function":
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
             if kwargs.get("device") is not None:
