@@ -204,6 +204,31 @@ def test_unique_consecutive(dim):
     assert not _fallbacks()
 
 
+@pytest.mark.parametrize("unique", [
+    lambda x: torch.unique_consecutive(x), lambda x: torch.unique(x),
+    lambda x: torch.unique(x.view(-1, 1), dim=0)])
+def test_unique_values_are_each_runs_first_element(unique):
+    """0.0 and -0.0 are one run; its value was the last element's (-0.0), the CPU's the
+    first's."""
+    x = torch.tensor([0.0, -0.0, 1.0, -0.0, 0.0, -0.0])
+    assert (1 / unique(x.to("wse")).cpu()).tolist() == (1 / unique(x)).tolist()
+
+
+def test_mask_dtype_and_device_errors_of_masked_select_and_where():
+    """masked_select by a uint8 mask counted the mask's sum (a result padded with zeros), of a
+    CPU x by a wse mask raised AttributeError; where by a uint8 condition, which the CPU takes
+    with a warning, raised."""
+    x = torch.arange(6.0)
+    m = torch.tensor([0, 2, 0, 1, 0, 3], dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="expected BoolTensor for mask"):
+        torch.masked_select(x.to("wse"), m.to("wse"))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.masked_select(x, m.bool().to("wse"))
+    with pytest.warns(UserWarning, match="where received a uint8 condition tensor"):
+        got = torch.where(m.to("wse"), x.to("wse"), -x.to("wse"))
+    assert_same(got, torch.where(m.bool(), x, -x))
+
+
 def test_unique_consecutive_zero_sized_dims_raise_as_on_cpu():
     with pytest.raises(RuntimeError, match="0 sized dimensions"):
         torch.unique_consecutive(torch.zeros(2, 0, 3, device="wse"), dim=0)

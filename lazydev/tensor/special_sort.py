@@ -47,6 +47,11 @@ def _nonzero(func, args, kwargs):
 @special(aten.masked_select.default)
 def _masked_select(func, args, kwargs):
     x, mask = args[0], args[1]
+    if mask.dtype is not torch.bool:    # (a uint8 mask counted its sum, not its nonzeros)
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
+    if not isinstance(x, WseTensor):
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least "
+                           "two devices, wse:0 and cpu! (move the CPU tensor with .to('wse'))")
     if not isinstance(mask, WseTensor):
         return fallback_op(func, args, kwargs, why="masked_select with a CPU mask")
     shape = build.broadcast_shape(x.shape, mask.shape)

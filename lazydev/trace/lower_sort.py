@@ -419,10 +419,15 @@ def unique(s: Node, order: Node, first: Node, count: int, x: Node, dim=None):
     rank = _bin(Op.SUB, Node(Op.CUMSUM, i64, (m,), (cast(first, i64),), 0), as_node(1, i64))
     inverse = scatter(full(0, i64, (m,)), 0, order, rank)
     counts = scatter(full(0, i64, (count,)), 0, rank, full(1, i64, (m,)), "add")
+    # A run's value is its first element's, as the CPU's (0.0 of 0.0, -0.0): the others are
+    # put in a slot past the end (scattered by rank, the last one of a run was kept)
+    slot = ew(Op.WHERE, i64, (m,), first, rank, as_node(count, i64))
     if dim is None:
-        return scatter(full(0, s.dtype, (count,)), 0, rank, s), reshape(inverse, x.shape), counts
-    rows = scatter(full(0, s.dtype, (count,) + s.shape[1:]), 0, expand(reshape(rank, (m, 1)),
-                                                                     s.shape), s)
+        values = scatter(full(0, s.dtype, (count + 1,)), 0, slot, s)
+        return narrow(values, 0, 0, count), reshape(inverse, x.shape), counts
+    rows = scatter(full(0, s.dtype, (count + 1,) + s.shape[1:]), 0,
+                   expand(reshape(slot, (m, 1)), s.shape), s)
+    rows = narrow(rows, 0, 0, count)
     dim = _axis(x, dim)
     rest = tuple(d for i, d in enumerate(x.shape) if i != dim)
     back = tuple(range(1, dim + 1)) + (0,) + tuple(range(dim + 1, len(x.shape)))

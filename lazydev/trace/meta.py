@@ -7,7 +7,11 @@ factories whose output length depends on them (arange, linspace).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
+
+from .. import log
 
 aten = torch.ops.aten
 
@@ -154,9 +158,21 @@ def _scatter_reduce_meta(x, dim, index, src, reduce, *, include_self=True):
 
 REDUCE_ALIASES = {"max": "amax", "min": "amin"}     # scatter_reduce's, in the CPU's kernel
 
+
+def _where_meta(condition, x, y):
+    """The meta kernel refuses a uint8 condition, which the CPU's takes, with a warning (the
+    lowering reads the condition as bool, as it does)."""
+    if condition.dtype is torch.uint8:
+        warnings.warn("where received a uint8 condition tensor. This behavior is deprecated "
+                      "and will be removed in a future version of PyTorch. Use a boolean "
+                      "condition instead.", stacklevel=log.user_stacklevel())
+        condition = condition.bool()
+    return torch.ops.aten.where.self(condition, x, y)
+
 # Meta kernels of PyTorch's that fail on calls its other kernels take.
 _META = {torch.ops.aten._thnn_fused_lstm_cell.default: _lstm_cell_meta,
-         torch.ops.aten.scatter_reduce.two: _scatter_reduce_meta}
+         torch.ops.aten.scatter_reduce.two: _scatter_reduce_meta,
+         torch.ops.aten.where.self: _where_meta}
 
 
 def _run_meta(func, args, kwargs):
