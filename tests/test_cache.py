@@ -530,6 +530,16 @@ def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_
     assert any(r.filename == __file__ for r in seen)
 
 
+def test_the_recompile_warning_names_data_dependent_sizes(fresh_cache):
+    """h[h > 0] of new data each step compiles for each count; the warning spoke of write
+    positions and 0-d tensors only."""
+    with pytest.warns(UserWarning, match=r"size of a data-dependent result") as seen:
+        for step in range(lazydev.config.recompile_warn):
+            h = torch.arange(-3.0, 40.0).to("wse") - step
+            (h[h > 0] * 2).sum().item()
+    assert any(r.filename == __file__ for r in seen)
+
+
 def test_changing_int_operands_of_integer_ops_do_not_recompile(fresh_cache):
     """ids + step, arange(T) + step, ids * step and positions < length with a new int each
     step compiled a program each (the int was a constant of the integer op); they are int64

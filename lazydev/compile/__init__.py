@@ -164,9 +164,10 @@ def _count_structure(order: list[Node], info: dict) -> None:
                "that programs are reused") if info["changed"] else (
             "a constant compiled into it keeps changing while no input shape does: an int that "
             "is part of the graph, such as the position of a write (cache[:, t] = v), a slice "
-            "of a value computed in the step, or an int divisor or shift of an integer op; write at a "
-            "position held in a wse tensor (cache.index_copy_(1, t_tensor, v)) or pass the "
-            "number as a 0-d tensor")
+            "of a value computed in the step, an int divisor or shift of an integer op, or the "
+            "size of a data-dependent result (x[mask], nonzero, unique); write at a position "
+            "held in a wse tensor (cache.index_copy_(1, t_tensor, v)), pass the number as a "
+            "0-d tensor, or keep sizes fixed (torch.where(mask, x, 0), nonzero_static)")
         warnings.warn(f"lazydev: one graph structure has been compiled {len(compiled)} times "
                       f"because {why}", stacklevel=user_stacklevel())
 
