@@ -275,6 +275,20 @@ def test_a_view_past_its_storage_raises_the_cpu_error(make):
     assert str(wse.value) == str(cpu.value)
 
 
+@needs_cpp_side
+def test_a_parameter_prints_a_layout_goes_to_the_cpu_and_a_storage_move_says_why():
+    """print(model.weight) gave 'Parameter(tensor(...))' (nn.Parameter's repr is 'Parameter
+    containing:'); .to('cpu', memory_format=channels_last) gave a row-major tensor; moving a
+    storage to wse (a torch.load map_location idiom) raised AttributeError on torch.wse."""
+    assert repr(torch.nn.Linear(2, 1).to("wse").weight).startswith("Parameter containing:\ntensor(")
+    x = torch.randn(2, 3, 4, 2)
+    got = x.to("wse").to("cpu", memory_format=torch.channels_last)
+    assert got.stride() == x.to(memory_format=torch.channels_last).stride()
+    assert_same(got, x)
+    with pytest.raises(RuntimeError, match="wse storages are not made directly"):
+        torch.ones(3).untyped_storage().to(device="wse")
+
+
 def test_empty_strided_with_gaps_holds_the_layout_it_was_asked_for():
     """empty_strided((64, 64), (4096, 1)) made a row-major storage of 64 * 64 elements, and
     as_strided with the strides asked for (valid on the CPU) then wrote past it."""

@@ -69,6 +69,23 @@ class _WseModule:
 
     seed_all = seed
 
+    class device:
+        """`torch.wse.device(i)`, the current device in a block: there is one. (Without it,
+        storage.to("wse") raised AttributeError; it now reaches the storage's own error.)"""
+
+        def __init__(self, device):
+            check_index(device if not isinstance(device, int) else torch.device("wse", device))
+            import lazydev
+            if not lazydev._cpp_side:       # a storage made in the block would crash
+                raise RuntimeError("torch.wse.device needs the wse device's C++ side, which "
+                                   "could not be built (see the import's warning)")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> bool:
+            return False
+
     @staticmethod
     def synchronize(device=None) -> None:
         from .. import wait
@@ -258,8 +275,8 @@ def _local_scalar_dense(t):
 # torch.load(f, map_location="wse") moves each saved storage with storage.to("wse"), which needs
 # a device allocator that gives memory; lazydev's refuses (Note [The device's C++ side] in
 # compile/hooks.py), and without its C++ side PrivateUse1 has none at all (the process
-# crashes). PyTorch's own path stops earlier with an AttributeError, as _WseModule has no
-# `device` context (with one, storage.to("wse") would go on to that allocator).
+# crashes). PyTorch's own path (storage.to("wse")) stops at torch.UntypedStorage(n,
+# device="wse"), which refuses with a message.
 # So our deserializer, ahead of PyTorch's generic one, returns a storage that only says "wse":
 # the loaded CPU bytes' pointer with device wse, no owner, the CPU storage kept alive beside it.
 # Every tensor torch.load rebuilds on it calls set_(storage, offset, size, stride), and

@@ -68,7 +68,9 @@ def _to_copy(func, args, kwargs):
     if kind == "meta":              # (functorch's zero tangents go through meta for shapes)
         return func(meta._to_meta(x), **kwargs)
     if kind != "wse":               # the CPU, or through it to another device (or its error)
-        return to_cpu(x, reason="cpu").to(dtype=dtype, device=device)
+        layout = {"memory_format": kwargs["memory_format"]} if kwargs.get("memory_format") \
+            is not None else {}     # (channels_last was ignored)
+        return to_cpu(x, reason="cpu").to(dtype=dtype, device=device, **layout)
     if not isinstance(x, WseTensor):
         _has_data(x)
         return _upload(x.to(dtype))

@@ -132,8 +132,12 @@ class WseTensor(torch.Tensor):
         cpu = to_cpu(self, reason="print")
         contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
-        # PyTorch names subclasses in the prefix; a wse tensor prints as any device tensor does.
-        return text.replace(f"{type(self).__name__}(", "tensor(", 1)
+        # PyTorch names subclasses in the prefix; a wse tensor prints as any device tensor does,
+        # and a Parameter as nn.Parameter's repr (it printed as "Parameter(tensor(...))")
+        text = text.replace(f"{type(self).__name__}(", "tensor(", 1)
+        if text.startswith("Parameter(tensor(") and text.endswith(")"):
+            return "Parameter containing:\n" + text[len("Parameter("):-1]
+        return text
 
     def __reduce_ex__(self, protocol):
         """Pickling (torch.save) stores the values as a CPU tensor: loading gives CPU tensors,
