@@ -208,6 +208,13 @@ _CASES = {
         torch.tensor([1, 2], dtype=torch.uint8, device=d), -2.5),
     "uint8 & float tensor": lambda d: torch.tensor([1, 2], dtype=torch.uint8, device=d) & (
         torch.tensor([1.0, 2.0], device=d)),
+    # an alpha of another kind than an integral result; a selection along an empty axis
+    "add(bool, True, alpha=0.5)": lambda d: torch.add(torch.tensor([True, False], device=d),
+                                                      True, alpha=0.5),
+    "add(long, long, alpha=0.5)": lambda d: torch.add(torch.arange(2, device=d),
+                                                      torch.arange(2, device=d), alpha=0.5),
+    "index_select along a 0-size dim": lambda d: torch.index_select(
+        torch.zeros(0, 3, 0, device=d), 2, torch.tensor([0, 0], device=d)),
     # float-only math of integers (compiled, wse failed the whole step at the sync)
     "nextafter of int32": lambda d: (lambda x: torch.nextafter(x, x))(
         torch.tensor([1, 2], dtype=torch.int32, device=d)),

@@ -74,6 +74,10 @@ def _inexact(d) -> bool:
     return d.is_floating_point or d.is_complex
 
 
+def _inexact_or_bool(d) -> bool:
+    return d is torch.bool or d.is_floating_point or d.is_complex
+
+
 # Op -> (tensor arguments, the dtypes its CPU kernel refuses for any of them).
 _REFUSED = {
     aten.embedding.default: (("indices",), _not_index),
@@ -102,8 +106,9 @@ _REFUSED = {
     aten.rsub.Tensor: (("self", "other", "alpha"), _is_bool),
     aten.rsub.Scalar: (("self", "other", "alpha"), _is_bool),
     aten.sub.Scalar: (("self", "other", "alpha"), _is_bool),
-    aten.add.Tensor: (("alpha",), _is_bool),
-    aten.add.Scalar: (("alpha",), _is_bool),
+    # ... and a float alpha has none of an integral result (add(mask, True, alpha=0.5))
+    aten.add.Tensor: (("alpha",), _inexact_or_bool),
+    aten.add.Scalar: (("alpha",), _inexact_or_bool),
     aten.fmod.Tensor: (("self", "other"), _is_bool),
     aten.fmod.Scalar: (("self",), _is_bool),
     aten.remainder.Tensor: (("self", "other"), _is_bool),

@@ -139,8 +139,11 @@ def _index_add(args, kwargs):
 
 
 def _index_select(args, kwargs):
-    """index_select: the CPU's kernel along dim 1 has its own message."""
+    """index_select: the CPU's kernel along dim 1 has its own message, and one for an axis of
+    size 0 (of a 0-element x, wse selected nothing and raised nothing)."""
     x = args[0]
+    if x.dim() and x.shape[args[1] % x.dim()] == 0 and args[2].numel():
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     return (_SELECT_DIM1 if x.dim() > 1 and args[1] % x.dim() == 1 else _SELECT)(args, kwargs)
 
 
