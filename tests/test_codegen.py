@@ -199,6 +199,31 @@ def test_a_loop_of_three_math_calls_runs_in_staged_tiles(shape, dtype):
     assert f"s2[{STAGE_TILE}]" in code and "s3[" not in code
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_output_read_by_staged_calls_is_staged_before_them(dtype):
+    """s = a + b kept and y = s.sin().exp().tanh(), one loop: its staged calls read s's buffer
+    before the tile's last loop wrote it (every y wrong); s is now a stage of its own. Also a
+    kept chain read by a second one (v1 = tanh/cos/sin, v2 = exp/sigmoid of v1)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(2048, generator=g).to(dtype) for _ in range(2))
+    got = {}
+    for d in ("cpu", "wse"):
+        s = a.to(d) + b.to(d)
+        v1 = s.tanh().cos().sin()
+        got[d] = (s, s.sin().exp().tanh(), v1, v1.exp().sigmoid())
+        if d == "wse":
+            lazydev.mark_step()
+    assert_same(got["wse"], got["cpu"])
+
+
+def test_argmax_of_a_million_rows_of_one_element():
+    """argmax(1) of a (1M, 1) tensor kept a row's 1M outputs in stack arrays (12 MB): the
+    process died of SIGSEGV."""
+    x = torch.randn(1 << 20, 2)
+    assert_same(x.to("wse").argmax(1), x.argmax(1))
+    assert_same(x.to("wse").argmin(1), x.argmin(1))
+
+
 def _matches_cpu_with_nans(fn, x) -> str:
     """fn on wse matches fn on the CPU, NaN for NaN; returns the generated kernels' C."""
     got, want = fn(x.to("wse")).cpu(), fn(x)

@@ -196,22 +196,43 @@ def _row_loop(e: Emitter, extent: int, body) -> None:
 def _stage_calls(e: Emitter, outs) -> list:
     """The math-call nodes `outs` compute inline at their own position, sources first, when
     the loop makes STAGE_MIN_CALLS calls or more (Note [Staged loops]); else none."""
+    here = {id(m) for m in outs}
+    read = set()        # outputs another node of the loop reads (at the same position)
+
+    def inline_sources(m):
+        """m's sources computed in this loop, at m's position: not read from memory, but for
+        outputs of the loop, which the last loop of a tile writes after the staged ones read
+        them (s = a + b kept, sin(s).exp().tanh(): the stages read s's buffer unwritten)."""
+        for s in m.src if m.op in ELEMENTWISE else ():
+            if s.op in ELEMENTWISE and s.shape == m.shape and (id(s) in here or (
+                    id(s) not in e.ptrs and id(s) not in e.row_staged)):
+                yield s
+
+    def walk(m, seen):
+        for s in inline_sources(m):
+            if id(s) in here:
+                read.add(id(s))
+            if id(s) not in seen:
+                seen.add(id(s))
+                walk(s, seen)
+    walked: set = set()
+    for m in outs:
+        walk(m, walked)
     seen, order = set(), []
 
     def visit(m, top):
         if id(m) in seen:
             return
         seen.add(id(m))
-        for s in m.src if m.op in ELEMENTWISE else ():     # read at m's own position
-            if id(s) not in e.ptrs and id(s) not in e.row_staged and s.op in ELEMENTWISE \
-                    and s.shape == m.shape:
-                visit(s, False)
-        if not top and m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point:
+        for s in inline_sources(m):
+            visit(s, False)
+        if (not top and m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point) or id(m) in read:
             order.append(m)
     for m in outs:
         visit(m, True)
-    calls = sum(m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point for m in outs)
-    return order if len(order) + calls >= STAGE_MIN_CALLS else []
+    calls = sum(m.op in cexpr.MATH_CALLS and m.dtype.is_floating_point
+                for m in list(outs) + [m for m in order if id(m) not in here])
+    return order if calls >= STAGE_MIN_CALLS else []
 
 
 def _tile_width(e: Emitter, var: str, extent: int):
@@ -275,7 +296,8 @@ def _tile_stages(e: Emitter, outs, calls, width, position) -> None:
     with e.loop("i", width, hi=STAGE_TILE - 1):
         for m in outs:
             idx = position(m.shape, "i")
-            _store(e, m, idx.flat, e.compute(m, idx))
+            staged = b.lookup((id(m), idx.key()))      # an output read by a staged call
+            _store(e, m, idx.flat, staged if staged is not None else e.compute(m, idx))
 
 
 def _reduce_positions(e: Emitter, n: Node, x: Node, axes, o: str, r: str) -> Idx:
@@ -461,7 +483,7 @@ def argreduction(e: Emitter, n: Node) -> None:
         return f"!({best} != {best}) && ({v} {cmp} {best}{nan})"
     inner = _last_dim(x.shape[:axis])
     _omp(b, n.numel * size)
-    if axis == len(x.shape) - 1 and size <= WINDOW_MAX and inner >= ROW_MIN:
+    if axis == len(x.shape) - 1 and size <= WINDOW_MAX and ROW_MIN <= inner <= WINDOW_ROWS_MAX:
         return _window_argreduction(e, n, x, vt, init, take, inner)
     with e.loop("o", n.numel):
         b.line(f"{vt} best = {init}; int64_t bi = 0;")
@@ -470,6 +492,11 @@ def argreduction(e: Emitter, n: Node) -> None:
             b.line(f"const bool take = {take(v, 'best')};")
             b.line(f"best = take ? {v} : best; bi = take ? r : bi;")
         _store(e, n, "o", "bi")
+
+
+# Outputs of one row in _window_argreduction's arrays on the stack: a row of 1M (argmax(1) of a
+# (1M, 1) tensor, 12 MB) overflowed the stack and killed the process.
+WINDOW_ROWS_MAX = 4096
 
 
 def _last_dim(shape) -> int:
