@@ -227,25 +227,32 @@ def cpu_error(func, args, kwargs, expand_large: bool = True) -> Exception | None
     if large and not expand_large:
         return None
 
-    def cpu(a):
+    def cpu(a, fill):
         if isinstance(a, torch.Tensor):
             size, stride, offset, numel, dtype = getattr(a, "_lz_meta", None) or (
                 a.shape, a.stride(), a.storage_offset(), a.numel(), a.dtype)
             if large:
-                return torch.zeros((), dtype=dtype).expand(size)
-            return torch.zeros(max(numel, 1), dtype=dtype).as_strided(size, stride, offset)
+                return torch.full((), fill, dtype=dtype).expand(size)
+            return torch.full((max(numel, 1),), fill, dtype=dtype).as_strided(size, stride,
+                                                                              offset)
         if isinstance(a, torch.device):
             return torch.device("cpu")
         return a
-    try:
-        cargs, ckwargs = torch.utils._pytree.tree_map(cpu, (args, kwargs))
-    except RuntimeError:            # a tensor without strides (sparse): no stand-in, no verdict
+    # Zeros, and ones where zeros divide an integer by zero (fmod of a bool by a long raised
+    # the probe's 'ZeroDivisionError' as the call's)
+    for fill in (0, 1):
+        try:
+            cargs, ckwargs = torch.utils._pytree.tree_map(lambda a: cpu(a, fill), (args, kwargs))
+        except RuntimeError:        # a tensor without strides (sparse): no stand-in, no verdict
+            return None
+        try:
+            with torch.random.fork_rng(devices=[]):
+                func(*cargs, **ckwargs)
+        except Exception as raised:     # noqa: BLE001 - handed to the user, as the CPU's
+            if fill == 0 and str(raised) == "ZeroDivisionError":
+                continue
+            return raised
         return None
-    try:
-        with torch.random.fork_rng(devices=[]):
-            func(*cargs, **ckwargs)
-    except Exception as raised:     # noqa: BLE001 - handed to the user, as the CPU's
-        return raised
     return None
 
 
