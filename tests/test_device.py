@@ -425,11 +425,14 @@ def test_a_fallback_that_reads_no_device_value_does_not_cut_the_trace():
     lambda d: torch.kaiser_window(6, True, 4.0, device=d),
     lambda d: torch.linspace(-3, 7.5, 13, device=d),
     lambda d: torch.linspace(0, 10, 7, device=d, dtype=torch.int32),
-    lambda d: torch.logspace(0, 4, 5, base=2, device=d, dtype=torch.float64)], ids=range(8))
+    lambda d: torch.logspace(0, 4, 5, base=2, device=d, dtype=torch.float64),
+    lambda d: torch.randperm(9, generator=torch.Generator().manual_seed(2), device=d),
+    lambda d: torch.randperm(5, generator=torch.Generator().manual_seed(3), device=d,
+                             dtype=torch.float32)], ids=range(10))
 def test_factories_without_a_device_kernel(make):
     # PyTorch has no PrivateUse1 kernel for these: tril_indices raised NotImplementedError and
-    # kaiser_window failed an internal assert; linspace/logspace ran as counted fallbacks. Made
-    # on the CPU and uploaded, no sync.
+    # kaiser_window failed an internal assert; linspace/logspace and randperm ran as counted
+    # fallbacks. Made on the CPU and uploaded, no sync.
     out = make("wse")
     assert out.device.type == "wse" and counters()["syncs"] == 0
     assert counters()["fallbacks"] == {}

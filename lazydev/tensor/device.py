@@ -222,7 +222,8 @@ def _on_host(op):
     ops PyTorch has no PrivateUse1 kernel for (tril_indices raised NotImplementedError,
     kaiser_window failed an internal assert), and linspace/logspace, whose linspace.out ran as
     a counted fallback (with the CPU's values bit for bit, which a lowering would have to
-    reproduce: ATen steps from both ends)."""
+    reproduce: ATen steps from both ends); randperm, drawn from the CPU's generator, as wse's
+    random ops are (it ran as a counted fallback: a step shuffling on the device had one)."""
     @state.recorder
     def run(*args, dtype=None, layout=None, device=None, pin_memory=None, **kwargs):
         from .fallback import _upload
@@ -326,7 +327,7 @@ def register(amp_dtypes=list) -> None:
     for name in ("eye", "eye.m"):
         _lib.impl(name, _eye, "PrivateUse1")
     for name in ("tril_indices", "triu_indices", "kaiser_window", "kaiser_window.periodic",
-                 "kaiser_window.beta", "linspace", "logspace"):
+                 "kaiser_window.beta", "linspace", "logspace", "randperm", "randperm.generator"):
         packet, _, overload = name.partition(".")
         op = getattr(getattr(torch.ops.aten, packet), overload or "default")
         _lib.impl(name, _on_host(op), "PrivateUse1")
