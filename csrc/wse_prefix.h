@@ -101,6 +101,7 @@ typedef int (*wse_entry_fn)(const wse_lib_t* lib, void* const* bufs,
                               value it shows, [1] = flat position, [2] = check id */
 #define WSE_ERR_NO_LAPACK 4 /* the LAPACK routine could not be loaded */
 #define WSE_ERR_NO_MEMORY 5 /* errinfo[0] = bytes of scratch a library routine could not get */
+#define WSE_ERR_INDEX_DIM 64 /* + the axis indexed: errinfo as WSE_ERR_INDEX's */
 
 /* The entry times each call with it (stop[1] above). */
 static inline int64_t wse_clock_ns(void) {

@@ -208,6 +208,11 @@ _CASES = {
         torch.tensor([1, 2], dtype=torch.uint8, device=d), -2.5),
     "uint8 & float tensor": lambda d: torch.tensor([1, 2], dtype=torch.uint8, device=d) & (
         torch.tensor([1.0, 2.0], device=d)),
+    # an index past its axis: the CPU's message names the axis (wse's did not)
+    "x[[0], [7]]": lambda d: torch.zeros(4, 5, device=d)[torch.tensor([0], device=d),
+                                                         torch.tensor([7], device=d)].cpu(),
+    "x[:, :0][:, [0]]": lambda d: torch.zeros(4, 5, device=d)[:, :0][
+        :, torch.tensor([0], device=d)].cpu(),
     # an alpha of another kind than an integral result; a selection along an empty axis
     "add(bool, True, alpha=0.5)": lambda d: torch.add(torch.tensor([True, False], device=d),
                                                       True, alpha=0.5),

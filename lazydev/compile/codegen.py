@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ..runtime.device import ERR_INDEX_DIM
 from ..trace.ir import BINARY, UNARY, Node, Op
 from . import cexpr
 from .affine import IndexAlgebra
@@ -198,10 +199,11 @@ class Emitter:
         self.uses_error = True
         self.b.line(f"if (__builtin_expect({cond}, 0)) WSE_FAIL_CHECK({shown}, {position}, {cid});")
 
-    def checked_index(self, i: str, size: int) -> str:
-        """Wrap a negative index and check bounds (error 1, never an out-of-bounds read)."""
+    def checked_index(self, i: str, size: int, dim: int) -> str:
+        """Wrap a negative index into axis `dim` and check bounds (error WSE_ERR_INDEX_DIM +
+        dim, whose message names the axis as the CPU's does; never an out-of-bounds read)."""
         j = self.b.temp("int64_t", f"({i} < 0 ? {i} + {size} : {i})", prefix="ix")
-        self.fail_if(f"(uint64_t){j} >= (uint64_t){size}", 1, i, str(size))
+        self.fail_if(f"(uint64_t){j} >= (uint64_t){size}", ERR_INDEX_DIM + dim, i, str(size))
         k = self.b.temp("int64_t", f"((uint64_t){j} < (uint64_t){size} ? {j} : 0)", prefix="ix")
         self.ix.ranges.setdefault(k, (0, size - 1))     # clamped: index algebra may use it
         return k
@@ -363,7 +365,7 @@ def _gather(e: Emitter, n: Node, idx: Idx) -> str:
     x, index = n.src
     dim = n.arg
     with e.hoisting():
-        i = e.checked_index(e.load(index, idx), x.shape[dim])
+        i = e.checked_index(e.load(index, idx), x.shape[dim], dim)
     dims = [i if k == dim else e.dim(idx, k) for k in range(len(x.shape))]
     return e.load(x, Idx(x.shape, dims=dims))
 
@@ -380,7 +382,8 @@ def index_nd_dims(e: Emitter, x: Node, indices, arg, idx: Idx) -> list:
         for k in range(len(x.shape)):
             if first <= k < first + count:
                 ix = indices[k - first]
-                dims.append(e.checked_index(e.load(ix, Idx(ix.shape, dims=bdims)), x.shape[k]))
+                at = e.load(ix, Idx(ix.shape, dims=bdims))
+                dims.append(e.checked_index(at, x.shape[k], k))
                 if not front and k == first:
                     out_k += ind_nd
             else:

@@ -620,7 +620,7 @@ def scatter(e: Emitter, n: Node) -> None:
     with e.loop("o", outer), e.loop("k", inner):
         ii = Idx(index.shape, flat=f"o * {inner} + k")
         dims = [e.dim(ii, k) for k in range(len(index.shape))]
-        i = e.checked_index(e.load(index, ii), x.shape[dim])
+        i = e.checked_index(e.load(index, ii), x.shape[dim], dim)
         target = e.flat(Idx(x.shape, dims=[i if k == dim else d for k, d in enumerate(dims)]))
         _write(e, n, target, e.load(value, Idx(value.shape, dims=dims)), SCATTER_REDUCE[reduce])
 

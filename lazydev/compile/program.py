@@ -343,10 +343,11 @@ def _preamble(prefix: str, max_tile: int) -> str:
         "#define WSE_FAIL(code, a, b) do { int wse_no_ = 0; if (__atomic_compare_exchange_n("
         "&err, &wse_no_, (code), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) { "
         "errinfo[0] = (int64_t)(a); errinfo[1] = (int64_t)(b); } } while (0)",
+        "#define WSE_BACKSTOP(e) ((e) == 0 || (e) == WSE_ERR_INDEX || (e) >= WSE_ERR_INDEX_DIM)",
         "#define WSE_FAIL_CHECK(a, b, c) do { int wse_was_ = __atomic_load_n(&err, "
-        "__ATOMIC_RELAXED); while ((wse_was_ == 0 || wse_was_ == WSE_ERR_INDEX) && "
+        "__ATOMIC_RELAXED); while (WSE_BACKSTOP(wse_was_) && "
         "!__atomic_compare_exchange_n(&err, &wse_was_, WSE_ERR_CHECK, 0, __ATOMIC_RELAXED, "
-        "__ATOMIC_RELAXED)) {} if (wse_was_ == 0 || wse_was_ == WSE_ERR_INDEX) { "
+        "__ATOMIC_RELAXED)) {} if (WSE_BACKSTOP(wse_was_)) { "
         "errinfo[0] = (int64_t)(a); errinfo[1] = (int64_t)(b); errinfo[2] = (int64_t)(c); } "
         "} while (0)",
         "",

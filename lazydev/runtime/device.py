@@ -548,6 +548,7 @@ class Run:
 # Error code -> errinfo list -> the exception to raise, for codes defined by upper layers
 # (WSE_ERR_LINALG: trace/lower_linalg.py).
 ERROR_DECODERS: dict = {}
+ERR_INDEX_DIM = 64      # csrc/wse_prefix.h WSE_ERR_INDEX_DIM: plus the axis an index is into
 
 
 def _program_error(rc: int, err) -> Exception:
@@ -556,6 +557,11 @@ def _program_error(rc: int, err) -> Exception:
         return decode([err[i] for i in range(4)])
     if rc == 1:
         return IndexError(f"index {err[0]} is out of bounds for dimension with size {err[1]}")
+    if ERR_INDEX_DIM <= rc < ERR_INDEX_DIM + 64:    # the CPU's messages, with the axis
+        if err[1] == 0:
+            return IndexError("index is out of bounds for dimension with size 0")
+        return IndexError(f"index {err[0]} is out of bounds for dimension {rc - ERR_INDEX_DIM} "
+                          f"with size {err[1]}")
     if rc == 2:
         return RuntimeError("ZeroDivisionError")     # the CPU's message, word for word
     if rc == 5:                 # WSE_ERR_NO_MEMORY: Note [Scratch failures] in csrc/wse_runtime.c
