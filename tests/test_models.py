@@ -198,6 +198,34 @@ def test_storage_level_calls_raise_instead_of_crashing(make):
     assert_same(a * 2, torch.arange(8.0) * 2)
 
 
+@pytest.mark.parametrize("convert", [lambda m: m.to("wse"), lambda m: m.to("wse").cpu(),
+                                     lambda m: m.to("wse").double()], ids=range(3))
+def test_parameter_hooks_survive_moving_the_model(convert):
+    """Hooks registered on parameters (register_hook, register_post_accumulate_grad_hook)
+    stayed with the tensors swapped out by a conversion, and stopped firing."""
+    m = nn.Linear(3, 2)
+    calls = []
+    m.weight.register_hook(lambda g: g * 0)
+    m.bias.register_post_accumulate_grad_hook(lambda p: calls.append(1))
+    convert(m)
+    m(torch.ones(1, 3, device=m.weight.device, dtype=m.weight.dtype)).sum().backward()
+    assert m.weight.grad.abs().sum().item() == 0 and calls == [1]
+
+
+def test_tied_weights_stay_tied_when_a_held_graph_stops_the_swap():
+    """A forward not run backward holds the weights, so .to('wse') makes new Parameters (with
+    a warning): an embedding and the LM head tied to it got one each, and trained apart."""
+    emb = nn.Embedding(5, 4)
+    head = nn.Linear(4, 5, bias=False)
+    head.weight = emb.weight
+    model = nn.Sequential(emb, head)
+    kept = model(torch.tensor([1, 2]))          # a sanity check's forward, never run backward
+    with pytest.warns(UserWarning, match="could not change device in place"):
+        model.to("wse")
+    assert model[0].weight is model[1].weight and len(list(model.parameters())) == 1
+    del kept
+
+
 def test_copies_and_pickles_keep_device_aliasing_and_attributes(tmp_path):
     """As on the CPU: copy.copy of a wse tensor or Parameter aliases it on wse (it gave a CPU
     copy); torch.save keeps Python attributes (dropped) and views of a complex storage as views

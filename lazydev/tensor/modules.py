@@ -124,7 +124,9 @@ def _apply(self, fn, recurse=True):
                 return _plain_apply(self, fn, recurse)
         try:
             with _swapping(_holds_wse(self)):
-                return _plain_apply(self, fn, recurse)
+                out = _plain_apply(self, fn, recurse)
+            _relink_hooks(self)
+            return out
         except RuntimeError as e:
             if "Couldn't swap" not in str(e):
                 raise
@@ -134,10 +136,38 @@ def _apply(self, fn, recurse=True):
             "graph not yet run backward, a view of it, weight_norm's weight), so it and the "
             "tensors after it are new Parameter objects: an optimizer made before this move "
             "does not update them; make it after moving the model", stacklevel=_caller_level())
+        ties = _ties(self)
         with _never_swapping():     # the tensors swapped so far are where they should be
-            return _plain_apply(self, fn, recurse)
+            out = _plain_apply(self, fn, recurse)
+        _relink_hooks(self)
+        for (first, name), *others in ties:     # one new Parameter per old one, as before
+            for module, other in others:
+                module._parameters[other] = first._parameters[name]
+        return out
     finally:
         _inside[0] = False
+
+
+def _ties(module: torch.nn.Module) -> list:
+    """[(module, name), ...] of each Parameter the tree holds in more than one place (an
+    embedding and its LM head): _apply makes a new Parameter at each place, untying them."""
+    places: dict = {}
+    for m in module.modules():
+        for name, p in m._parameters.items():
+            if p is not None:
+                places.setdefault(id(p), []).append((m, name))
+    return [where for where in places.values() if len(where) > 1]
+
+
+def _relink_hooks(module: torch.nn.Module) -> None:
+    """swap_tensors leaves a tensor's hooks (register_hook, register_post_accumulate_grad_hook)
+    with the TensorImpl it swapped out, so they stopped firing after model.to("wse"); set
+    again, they are registered on the tensor the object now holds."""
+    for t in (*module.parameters(), *module.buffers()):
+        if t._backward_hooks:
+            t._backward_hooks = t._backward_hooks
+        if getattr(t, "_post_accumulate_grad_hooks", None):
+            t._post_accumulate_grad_hooks = t._post_accumulate_grad_hooks
 
 
 def register() -> None:
