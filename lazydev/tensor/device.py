@@ -352,3 +352,4 @@ def register(amp_dtypes=list) -> None:
     sparse.register(_lib)
     ctc.register(_lib)
     guards.register(_lib)
+    grads.register_composites(_lib)     # Note [Half-type backward composites]
