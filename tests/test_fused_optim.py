@@ -277,3 +277,26 @@ def test_stack_and_rsub_are_lowered_not_decomposed(monkeypatch):
     assert_same(torch.rsub(a.to("wse"), b.to("wse"), alpha=2), torch.rsub(a, b, alpha=2))
     assert_same(torch.rsub(torch.arange(5).to("wse"), 2), torch.rsub(torch.arange(5), 2))
     _no_fallbacks()
+
+
+@pytest.mark.parametrize("call", [
+    lambda p, d: torch._fused_adam_(
+        p, [x.clone() for x in p], [torch.zeros(4, device=d)], [torch.zeros(4, device=d)], [],
+        [torch.tensor(1.0, device=d)], lr=0.1, beta1=0.9, beta2=0.999, weight_decay=0.0,
+        eps=1e-8, amsgrad=False, maximize=False),
+    lambda p, d: torch._fused_sgd_(
+        p, [x.float() for x in p], [torch.zeros(4, device=d)], weight_decay=0.0, momentum=0.9,
+        lr=0.1, dampening=0.0, nesterov=False, maximize=False, is_first_step=True),
+    lambda p, d: torch._fused_adagrad_(
+        p, [x.clone() for x in p], [torch.zeros(4, device=d, dtype=torch.float64)],
+        [torch.tensor(1.0, device=d)], lr=0.1, lr_decay=0.0, weight_decay=0.0, eps=1e-10,
+        maximize=False)], ids=["adam", "sgd", "adagrad"])
+def test_fused_steps_refuse_state_of_another_dtype_as_the_cpu(call):
+    """bfloat16 parameters with float32 state (a model made bfloat16 after its fused Adam's
+    first step): the CPU's kernels raise, wse updated in mixed dtypes."""
+    errors = []
+    for d in ("cpu", "wse"):
+        with pytest.raises(RuntimeError, match="expected scalar type") as e:
+            call([torch.ones(4, dtype=torch.bfloat16, device=d)], d)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]

@@ -57,6 +57,21 @@ class _Updates:
         torch._foreach_copy_(self.dsts, values)
 
 
+_SCALAR_TYPE = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                torch.bfloat16: "BFloat16"}
+
+
+def _one_dtype(params, *lists) -> None:
+    """The CPU's fused kernels take each parameter's gradient and state in its dtype (a model
+    made bfloat16 after its fused Adam's first step: wse ran the update in mixed dtypes)."""
+    for i, p in enumerate(params):
+        for ts in lists:
+            t = ts[i] if ts else None
+            if t is not None and t.dtype is not p.dtype:
+                raise RuntimeError(f"expected scalar type {_SCALAR_TYPE.get(p.dtype, p.dtype)} "
+                                   f"but found {_SCALAR_TYPE.get(t.dtype, t.dtype)}")
+
+
 def _start(params, grads, grad_scale, found_inf, maximize, weight_decay) -> tuple:
     """What every fused step begins with: (its _Updates, the gradients in their compute dtype,
     divided by GradScaler's scale (written back: the kernels store the unscaled gradients),
@@ -88,6 +103,7 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, de
           found_inf=None):
     if not params:
         return
+    _one_dtype(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs if amsgrad else None)
     if _adam_by_plans(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
                       decoupled, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize,
                       grad_scale, found_inf):
@@ -273,6 +289,7 @@ def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, l
                nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
     if not params:
         return
+    _one_dtype(params, grads, momentum_buffer_list)
     if type(lr) in (float, int) and _by_plans(
             _sgd_rule, list(zip(params, grads, momentum_buffer_list or [None] * len(params))),
             [(grad_scale, found_inf, float(weight_decay), float(momentum), 1 - dampening,
@@ -294,6 +311,7 @@ def _fused_adagrad(params, grads, state_sums, state_steps, *, lr, lr_decay, weig
                    maximize, grad_scale=None, found_inf=None):
     if not params:
         return
+    _one_dtype(params, grads, state_sums)
     updates, g, x = _start(params, grads, grad_scale, found_inf, maximize, weight_decay)
     total = torch._foreach_add(_opmath(state_sums), torch._foreach_mul(g, g))
     updates.set(state_sums, total)
