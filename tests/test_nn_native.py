@@ -122,6 +122,19 @@ def test_half_silu_and_mish_gradients_are_rounded_once(act, dtype):
     assert_same(grads[1], grads[0])
 
 
+def test_convert_conv2d_weight_memory_format_keeps_the_weights():
+    """It does w.clone(memory_format=channels_last).resize_(size, memory_format=channels_last):
+    wse's clone is row-major, and the new strides over it permuted the weights (convolutions
+    off by up to 2.4, no error)."""
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 8, 8)
+    want = conv(x)
+    moved = torch.nn.utils.convert_conv2d_weight_memory_format(conv.to("wse"),
+                                                               torch.channels_last)
+    assert moved.weight.is_contiguous(memory_format=torch.channels_last)
+    assert_same(moved(x.to("wse")), want)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_bf16_conv2d_gradients_are_rounded_once(bias):
     """The vjp of the half-type im2col matmuls summed the input gradient's columns in bfloat16:

@@ -217,11 +217,27 @@ def _resize_(func, args, kwargs):
     m = meta._to_meta(t)
     func(m, *args[1:], **kwargs)
     size, stride, offset = tuple(m.shape), tuple(m.stride()), m.storage_offset()
+    if size == tuple(t.shape) and stride != t.stride() and t.is_contiguous() and t.numel():
+        return _relaid(t, stride)
     reals = 2 if t.dtype.is_complex else 1       # Note [Complex storage]
     need = build.extent(size, stride, offset) * reals
     if need > t._st.numel:
         t._st.grow(need)
     restride(t, size, stride, offset)
+    return t
+
+
+def _relaid(t, stride):
+    """resize_ to its own size in another memory format, of a row-major tensor: the layout
+    asked for, with the values kept. On the CPU such a tensor is mostly in that format already
+    (w.clone(memory_format=channels_last).resize_(size, memory_format=channels_last), which
+    torch.nn.utils.convert_conv2d_weight_memory_format does); wse's clone is row-major, and the
+    new strides over its buffer permuted a convolution's weights."""
+    order = sorted(range(t.dim()), key=lambda d: -stride[d])
+    flat = t.permute(order).contiguous().reshape(-1)
+    offset = t.storage_offset()
+    write_tensor(WseTensor(t._st, (t.numel(),), (1,), offset, dtype=t.dtype), flat)
+    restride(t, tuple(t.shape), stride, offset)
     return t
 
 
