@@ -212,6 +212,20 @@ def test_parameter_hooks_survive_moving_the_model(convert):
     assert m.weight.grad.abs().sum().item() == 0 and calls == [1]
 
 
+def test_lazy_modules_move_to_wse_after_a_dry_run_and_say_so_before():
+    """LazyLinear(3).to('wse') raised that an uninitialised parameter has no shape (its copy
+    read .shape); as_subclass of a wse tensor an internal message (README: no tensor
+    subclasses of wse tensors)."""
+    with pytest.raises(RuntimeError, match="dry run on the CPU"):
+        nn.LazyLinear(3).to("wse")
+    with pytest.raises(RuntimeError, match="tensor subclasses of wse tensors"):
+        torch.ones(2, device="wse").as_subclass(nn.Parameter)
+    m = nn.LazyLinear(3)
+    x = torch.randn(2, 4)
+    want = m(x)
+    assert_same(m.to("wse")(x.to("wse")), want)
+
+
 def test_tied_weights_stay_tied_when_a_held_graph_stops_the_swap():
     """A forward not run backward holds the weights, so .to('wse') makes new Parameters (with
     a warning): an embedding and the LM head tied to it got one each, and trained apart."""

@@ -103,7 +103,27 @@ def _reusing(fn, t, out):
     return apply
 
 
+def _no_lazy(fn):
+    """`fn`, refusing to move a lazy module's uninitialised parameter to wse: it became an
+    empty wse tensor, no longer uninitialised, and the module's first call then failed on its
+    shape."""
+    def apply(t):
+        out = fn(t)
+        if isinstance(t, _Uninitialized) and isinstance(out, WseTensor):
+            raise RuntimeError(
+                "a lazy module's uninitialised parameters cannot move to wse (their class is a "
+                "tensor subclass, which a wse tensor cannot be): initialise the module by a dry "
+                "run on the CPU, then move it with .to('wse')")
+        return out
+    return apply
+
+
+_Uninitialized = torch.nn.parameter.UninitializedTensorMixin
+
+
 def _apply(self, fn, recurse=True):
+    if not _inside[0]:
+        fn = _no_lazy(fn)
     if _inside[0] or torch.__future__.get_swap_module_params_on_conversion():
         return _plain_apply(self, fn, recurse)      # the user's own choice to swap is kept
     # A conversion that changes nothing is not run: swapping a Parameter for itself poisoned the

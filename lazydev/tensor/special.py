@@ -42,7 +42,8 @@ def _copy_(func, args, kwargs):
         write_tensor(dst, src)
         return dst
     _has_data(src)
-    if dst._lz_full and tuple(src.shape) == dst._lz_meta[0]:   # a whole-tensor upload
+    # (size(), not .shape: an nn.UninitializedParameter refuses its shape, not its size)
+    if dst._lz_full and tuple(src.size()) == dst._lz_meta[0]:   # a whole-tensor upload
         st = dst._st
         cpu = src if src.dtype is dst.dtype else src.to(dst.dtype)   # made contiguous below
         buf = from_cpu(cpu)._st.buf if cpu.dtype.is_complex else sync.upload(cpu)

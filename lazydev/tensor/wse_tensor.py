@@ -156,6 +156,15 @@ class WseTensor(torch.Tensor):
             cpu.__dict__.update(attrs)
         return cpu.__reduce_ex__(protocol)
 
+    def as_subclass(self, cls):
+        """A wse tensor's Python object is its TensorImpl's: PyTorch cannot make another one
+        of another class for it ('raw Tensor object is already associated to a python object
+        of type WseTensor')."""
+        raise RuntimeError(
+            f"a wse tensor cannot be viewed as {cls.__name__} (Tensor.as_subclass): tensor "
+            "subclasses of wse tensors are not supported. Lazy modules (nn.LazyLinear, ...) are "
+            "initialised by a dry run on the CPU, then moved with .to('wse')")
+
     def __copy__(self):
         """copy.copy as on the CPU: a leaf over this tensor's storage (it aliases), with its
         requires_grad and attributes; not the CPU copy that __reduce_ex__ makes for pickling."""
