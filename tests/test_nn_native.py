@@ -122,6 +122,24 @@ def test_half_silu_and_mish_gradients_are_rounded_once(act, dtype):
     assert_same(grads[1], grads[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_group_norm_of_a_half_input_with_float_weights(dtype):
+    """A half model that keeps its norm layers in float32: the CPU keeps mean and rstd in
+    float32 and computes the gradients in float; wse kept them in the half type and its
+    backward rounded there (the float32 weight gradient 1e4 times further from exact)."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(16, 8, 64, generator=g) * 3 + 1).to(dtype)
+    up = torch.randn(16, 8, 64, generator=g).to(dtype)
+    w, b = 1 + 0.3 * torch.randn(8, generator=g), 0.3 * torch.randn(8, generator=g)
+    got = []
+    for d in ("cpu", "wse"):
+        ts = [t.detach().to(d).requires_grad_() for t in (x, w, b)]
+        out = F.group_norm(ts[0], 4, ts[1], ts[2])
+        out.backward(up.to(d))
+        got.append([out] + [t.grad for t in ts])
+    assert_same(got[1], got[0])
+
+
 def test_convert_conv2d_weight_memory_format_keeps_the_weights():
     """It does w.clone(memory_format=channels_last).resize_(size, memory_format=channels_last):
     wse's clone is row-major, and the new strides over it permuted the weights (convolutions
