@@ -300,3 +300,20 @@ def test_fused_steps_refuse_state_of_another_dtype_as_the_cpu(call):
             call([torch.ones(4, dtype=torch.bfloat16, device=d)], d)
         errors.append(str(e.value))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.Adagrad([p], lr=0.1, fused=True),
+    lambda p: torch.optim.Adam([p], lr=torch.tensor(0.1), fused=True),
+    lambda p: torch.optim.SGD([p], lr=0.1, momentum=0.9, fused=True)], ids=range(3))
+def test_a_fused_step_leaves_version_counters_as_the_cpu(make):
+    """The CPU's fused kernels do not bump versions, so a graph kept with retain_graph runs
+    backward again after a step; fused Adagrad's (and a tensor lr's) copy bumped them, and the
+    second backward raised 'modified by an inplace operation'."""
+    for d in ("cpu", "wse"):
+        p = torch.ones(3, device=d, requires_grad=True)
+        loss = (p * p).sum()
+        loss.backward(retain_graph=True)
+        make(p).step()
+        assert p._version == 0
+        loss.backward()

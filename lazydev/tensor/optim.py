@@ -54,7 +54,11 @@ class _Updates:
         values = self.values
         if self.skip is not None:
             values = [torch.where(self.skip, d, v.to(d.dtype)) for d, v in zip(self.dsts, values)]
+        # The CPU's fused kernels leave version counters as they were (backward through a graph
+        # kept with retain_graph works after a fused step; the copy made it raise)
+        versions = [t._version for t in self.dsts]
         torch._foreach_copy_(self.dsts, values)
+        torch._C._autograd._unsafe_set_version_counter(self.dsts, versions)
 
 
 _SCALAR_TYPE = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
