@@ -12,6 +12,7 @@ to a const temporary, so a value used twice in one loop body is computed once.
 from __future__ import annotations
 
 import contextlib
+import re
 
 from ..runtime.device import ERR_INDEX_DIM
 from ..trace.ir import BINARY, UNARY, Node, Op
@@ -111,7 +112,7 @@ class Emitter:
                 if idx.shape[k] != 1:
                     d = self.dim(idx, k)
                     if d != "0":
-                        terms.append(d if stride == 1 else f"{d} * {stride}")
+                        terms.append(times(d, stride))
                 stride *= idx.shape[k]
             idx.flat = self.index_temp(" + ".join(reversed(terms)) or "0", "f")
         return idx.flat
@@ -165,7 +166,12 @@ class Emitter:
             return rule(self, n, idx)
         if op in UNARY:
             x = self.load(n.src[0], idx)
-            return cexpr.round_half(n.dtype, cexpr.unary(op, n.dtype, x, n.src[0].dtype))
+            value = cexpr.unary(op, n.dtype, x, n.src[0].dtype)
+            if op in (Op.SIN, Op.COS) and n.src[0].op is Op.ATAN:
+                # gcc folds sin(atan(x)) to x / sqrt(x * x + 1), copysign(1, x) past a bound,
+                # under -fno-math-errno: NaN came out as 1.0 (cos: 0.0). NaN is passed on here.
+                value = f"({x} != {x} ? {x} : {value})"
+            return cexpr.round_half(n.dtype, value)
         if op in BINARY:
             return self._binary(n, idx)
         raise CodegenUnsupported(f"cannot inline {op.name}")
@@ -295,13 +301,24 @@ def _permute(e: Emitter, n: Node, idx: Idx) -> str:
     return e.load(s, Idx(s.shape, dims=dims))
 
 
+_ATOM = re.compile(r"[A-Za-z_]\w*|\d+")
+
+
+def times(d: str, k: int) -> str:
+    """Index expression `d` times `k`, parenthesised: a coordinate given as a sum (a staged
+    tile's column, `jb + i`) was multiplied as `jb + i * 2`, and a strided view read past its
+    first tile from the wrong columns."""
+    if k == 1:
+        return d
+    return f"{d} * {k}" if _ATOM.fullmatch(d) else f"({d}) * {k}"
+
+
 def _as_strided(e: Emitter, n: Node, idx: Idx) -> str:
     stride, offset = n.arg
     terms = [str(offset)] if offset else []
     for k, st in enumerate(stride):
         if n.shape[k] != 1 and st != 0:
-            d = e.dim(idx, k)
-            terms.append(d if st == 1 else f"{d} * {st}")
+            terms.append(times(e.dim(idx, k), st))
     flat = e.index_temp(" + ".join(terms) or "0", "f")
     s = n.src[0]
     return e.load(s, Idx(s.shape, flat=flat))

@@ -11,7 +11,7 @@ from ..trace.ir import ELEMENTWISE, REDUCE, Node, Op
 from . import cexpr
 from .cbuilder import CBuilder
 from .passes import ROW_MIN, gemm_operand
-from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims
+from .codegen import PARALLEL_MIN, CodegenUnsupported, Emitter, Idx, index_nd_dims, times
 from .cexpr import vtype
 from .kernels_row import SIMD_REDUCE, Fold, row_reductions_read, row_staged, row_reductions
 
@@ -583,7 +583,7 @@ def scatter_strided(e: Emitter, n: Node) -> None:
         _omp(e.b, _prod(size))
     with e.loop("j", _prod(size)):
         vi = Idx(size, flat="j")
-        terms = [str(offset)] + [f"{e.dim(vi, k)} * {s}" for k, s in enumerate(stride)
+        terms = [str(offset)] + [times(e.dim(vi, k), s) for k, s in enumerate(stride)
                                  if size[k] != 1]
         _store(e, n, " + ".join(terms), e.load(value, vi))
 
