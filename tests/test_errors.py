@@ -315,6 +315,14 @@ def test_a_masked_scatter_reading_what_it_writes_gives_the_cpu_loops_values():
     torch.testing.assert_close(got["wse"], got["cpu"], atol=0, rtol=0)
 
 
+def test_a_float_alpha_accepted_for_floats_is_refused_for_an_integral_result():
+    """The CPU's verdict was kept under the checked argument's dtype only (alpha's): after
+    add(x_float, y, alpha=0.5), add(mask, True, alpha=0.5) went through."""
+    torch.add(torch.ones(2, device="wse"), 1.0, alpha=0.5)
+    with pytest.raises(RuntimeError, match="argument alpha must not be a floating point"):
+        torch.add(torch.tensor([True, False], device="wse"), True, alpha=0.5)
+
+
 def test_a_masked_fill_by_setitem_lets_no_other_index_put_of_its_dtypes_through():
     """x[mask] = -2.5 of a long x is the CPU's masked_fill, which casts; the verdict was kept
     for its dtypes, and x[[1]] = float values (refused by the CPU) was then truncated."""

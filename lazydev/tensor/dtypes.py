@@ -303,9 +303,13 @@ def _check_dtypes(func, names):
                 return True
         return False
 
+    every = tuple(range(len(names)))
+
     def check(args, kwargs):
         if breaks(args, kwargs):
-            ask(func, args, kwargs, tuple(dtype(p, args, kwargs) for p in same + checked))
+            # the verdict is kept under every argument's dtype, not only the checked ones':
+            # add(x_float, y, alpha=0.5) accepted, then add(mask, True, alpha=0.5) went through
+            ask(func, args, kwargs, tuple(dtype(p, args, kwargs) for p in every))
     return check
 
 
