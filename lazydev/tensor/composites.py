@@ -30,6 +30,7 @@ import torch
 from torch._decomp import decomposition_table
 
 from ..trace import meta
+from ..trace.build import HALF
 from .vjp import decomposition
 
 aten = torch.ops.aten
@@ -103,14 +104,11 @@ def index_add(x, dim: int, index, source, *, alpha=1):
 _INDEX_ADD = decomposition_table[aten.index_add.default]
 
 
-_HALF = (torch.float16, torch.bfloat16)
-
-
 @decomposition(aten.native_group_norm.default)
 def group_norm(x, weight, bias, n, c, hw, group, eps):
     """As ATen's kernel: a half-type input with float32 weights keeps its mean and rstd in
     float32 (wse kept them in the half type, and the backward read them rounded)."""
-    mean_dtype = weight.dtype if x.dtype in _HALF and weight is not None else x.dtype
+    mean_dtype = weight.dtype if x.dtype in HALF and weight is not None else x.dtype
     if mean_dtype is x.dtype:
         return _GROUP_NORM(x, weight, bias, n, c, hw, group, eps)
     out, mean, rstd = _GROUP_NORM(x.float(), weight, bias, n, c, hw, group, eps)
@@ -126,7 +124,7 @@ def group_norm_backward(grad_out, x, mean, rstd, weight, n, c, hw, group, output
     torch._decomp's form, run on the half-type tensors, rounded its products and sums there:
     the float32 weight gradient of a bfloat16 GroupNorm was 1e4 times further from exact than
     the CPU's."""
-    if x.dtype not in _HALF:
+    if x.dtype not in HALF:
         return _GROUP_NORM_BACKWARD(grad_out, x, mean, rstd, weight, n, c, hw, group,
                                     output_mask)
     wide = [None if t is None else t.float() for t in (grad_out, x, mean, rstd, weight)]

@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..trace import meta
-from ..trace.build import Unsupported
+from ..trace.build import HALF, Unsupported
 from ..trace.lower import _conv_ok
 from .dispatch import lowered_op
 from .vjp import Vjp, _backward, _RULES
@@ -53,7 +53,7 @@ def _conv(x, w, bias, stride, padding, dilation, groups, transposed=False):
     # product to it, rounding once; the product rounded first, then the sum, differed in a
     # third of a conv1d's outputs. (The CPU's transposed one rounds its col2im sums in the
     # half type: neither order matches it.)
-    once = bias is not None and x.dtype in (torch.float16, torch.bfloat16) and not transposed
+    once = bias is not None and x.dtype in HALF and not transposed
     if once:
         cols, wg = cols.float(), wg.float()
     y = torch.matmul(cols, wg.transpose(1, 2).unsqueeze(0))             # (N, G, O, Fg)
@@ -121,7 +121,7 @@ def _conv_backward_rule(a):
     def fwd(x, w, b):
         args = (a["stride"], a["padding"], a["dilation"], a["transposed"], a["output_padding"],
                 a["groups"])
-        if x.dtype in (torch.float16, torch.bfloat16):
+        if x.dtype in HALF:
             # The gradients of the half types in float, rounded once, as the CPU's kernels
             # give them: the vjp of the half-type matmuls summed the columns of the input's
             # gradient in bfloat16 (8% of a conv2d's input gradient off beyond tolerance)

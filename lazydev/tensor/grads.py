@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.autograd
 
+from ..trace.build import HALF
+
 _plain_make_grads = torch.autograd._make_grads
 
 
@@ -47,12 +49,9 @@ def register() -> None:
 # a bfloat16 SiLU's gradient was rounded at each of its five ops (half its elements off, 3% past
 # bfloat16's tolerance), where the CPU's kernel computes in float and rounds once. Their kernels
 # before autograd run the same composites on float copies of half-type inputs.
-_HALF = (torch.float16, torch.bfloat16)
-
-
 def _in_float(op):
     def run(grad, x):
-        if x.dtype in _HALF and x.device.type == "wse":
+        if x.dtype in HALF and x.device.type == "wse":
             return op.decompose(grad.float(), x.float()).to(x.dtype)
         return op.decompose(grad, x)
     return run

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..trace import state
-from ..trace.build import broadcast_shape, cast, contiguous_strides, opmath, reshape
+from ..trace.build import HALF, broadcast_shape, cast, contiguous_strides, opmath, reshape
 from ..trace.checks import element
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
@@ -29,12 +29,10 @@ from .wse_tensor import from_node, write
 
 aten = torch.ops.aten
 
-_LOW = (torch.float16, torch.bfloat16)
-
 
 def _opmath(ts: list) -> list:
     """The tensors in the dtype the CPU kernels compute in: float32 for float16 and bfloat16."""
-    return [t.float() if t.dtype in _LOW else t for t in ts]
+    return [t.float() if t.dtype in HALF else t for t in ts]
 
 
 class _Updates:

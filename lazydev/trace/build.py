@@ -94,7 +94,7 @@ def cast(n: Node, dtype: torch.dtype) -> Node:
 def opmath(dtype: torch.dtype) -> torch.dtype:
     """The dtype ATen's CPU kernels compute `dtype` in: float for the half-precision types,
     rounding once at the end where a chain of nodes of `dtype` would round at each."""
-    return torch.float32 if dtype in _HALF else dtype
+    return torch.float32 if dtype in HALF else dtype
 
 
 def expand(n: Node, shape: tuple) -> Node:
@@ -130,7 +130,7 @@ def take_rows(x: Node, index: Node) -> Node:
     return Node(Op.INDEX_ND, x.dtype, index.shape + x.shape[1:], (x, index), (0, 1, 1, False))
 
 
-_HALF = (torch.float16, torch.bfloat16)
+HALF = (torch.float16, torch.bfloat16)     # the half types, which ATen computes in float
 
 
 def permute(n: Node, perm) -> Node:
