@@ -530,6 +530,32 @@ def test_changing_ints_in_arithmetic_and_write_positions_do_not_recompile(fresh_
     assert any(r.filename == __file__ for r in seen)
 
 
+def test_reads_after_writes_at_step_positions_do_not_recompile(fresh_cache):
+    """Two writes at step-dependent positions in one step (kc[:, t] += k; kc[:, t + 1] += k)
+    and a ring buffer (row t written, row t + 1 read) compiled a program per step: after the
+    first write, the second view was read at a constant offset (Note [Reads at positions])."""
+    def run(device):
+        kc = torch.zeros(3, 12, 4, device=device)
+        ring = torch.arange(40.0).reshape(8, 5).to(device)
+        k = torch.arange(12.0).reshape(3, 4).to(device)
+        out, misses = [], []
+        for t in range(9):
+            kc[:, t] += k
+            kc[:, t + 1] += k * 2
+            ring[t % 8] = ring[t % 8] * 0.5 + t
+            nxt = ring[(t + 1) % 8]
+            out.append((nxt * 1, ring[:, t % 5].sum(), kc[1, t + 1, ::2] + 0))
+            if device == "wse":
+                lazydev.mark_step()
+                misses.append(lazydev.metrics.counters()["cache_misses"])
+        return out, kc, ring, misses
+
+    *got, misses = run("wse")
+    *want, _ = run("cpu")
+    assert_same(got, want)
+    assert misses[2] == misses[-1]          # steps 0 and 1 differ: step 0 (t % 8 == 0)
+
+
 def test_the_recompile_warning_names_data_dependent_sizes(fresh_cache):
     """h[h > 0] of new data each step compiles for each count; the warning spoke of write
     positions and 0-d tensors only."""

@@ -431,12 +431,34 @@ def value(t: WseTensor) -> Node:
 def _view_node(st: Storage, size: tuple, stride: tuple, offset: int, numel: int) -> Node:
     """The node of a view of `st`: AS_STRIDED of a window of its buffer, or of its whole
     value."""
+    extent = build.extent(size, stride, offset) - offset
+    part = extent > 0 and (offset != 0 or extent != numel)
     if st.node is None and st.buf is not None:      # a part of a device buffer
-        extent = build.extent(size, stride, offset) - offset
-        if extent > 0 and (offset != 0 or extent != numel):
+        if part:
             return Node(_AS_STRIDED, st.dtype, size, (st.window(offset, extent),), (stride, 0))
         return st.strided(size, stride, offset)
+    if part and st.node.op is _SCATTER_STRIDED:     # Note [Reads at positions]
+        return _read_at(st.value((numel,)), size, stride, offset)
     return Node(_AS_STRIDED, st.dtype, size, (st.value((numel,)),), (stride, offset))
+
+
+# Note [Reads at positions]
+# A storage written through a view in this step (cache[:, t] += k: SCATTER_STRIDED at a runtime
+# offset, Note [Positions of writes]) and then read through another view (cache[:, t + 1] += k,
+# a ring buffer's row t + 1) was read as AS_STRIDED at a constant offset, so those loops still
+# compiled a program per step. Such a read is a GATHER of the flat value at positions
+# offset + sum(index_k * stride_k), the offset a runtime scalar (0 too: row 0 of the ring is
+# read as the other rows are). Only after a write through a view: views of other computed
+# values (slices of activations) keep AS_STRIDED, which fuses as a plain strided load.
+def _read_at(flat: Node, size: tuple, stride: tuple, offset: int) -> Node:
+    pos = state.scalar(float(offset), torch.int64)
+    for k, (n, s) in enumerate(zip(size, stride)):
+        if n != 1 and s != 0:
+            step = Node(Op.INDEX, torch.int64, size, (), k)
+            if s != 1:
+                step = build.ew(Op.MUL, torch.int64, size, step, build.const(s, torch.int64))
+            pos = build.ew(Op.ADD, torch.int64, size, pos, step)
+    return Node(Op.GATHER, flat.dtype, size, (flat, build.expand(pos, size)), 0)
 
 
 def bitcasts(dtype: torch.dtype, stored: torch.dtype) -> bool:
