@@ -34,7 +34,11 @@ SPECIAL: dict = {}      # filled by tensor/special.py
 
 
 class DeviceMismatch(RuntimeError):
-    pass
+    @classmethod
+    def of_cpu(cls, what: str = "the CPU tensor") -> "DeviceMismatch":
+        """The CPU's message for a CPU tensor among wse ones, with the way out."""
+        return cls("Expected all tensors to be on the same device, but found at least two "
+                   f"devices, wse:0 and cpu! (move {what} with .to('wse'))")
 
 
 def dispatch(func, args, kwargs, handler=None):
@@ -360,9 +364,7 @@ def _node_args(a, allow_cpu=False):
             if a.dim() == 0 and a.dtype != torch.int64:
                 return build.const(a.item(), a.dtype)
             return value(_upload(a))
-        raise DeviceMismatch(
-            "Expected all tensors to be on the same device, but found at least two devices, "
-            "wse:0 and cpu! (move the CPU tensor with .to('wse'))")
+        raise DeviceMismatch.of_cpu()
     if isinstance(a, (list, tuple)):
         return type(a)(_node_args(x, allow_cpu) for x in a)
     return a
@@ -420,9 +422,7 @@ def _check_index_devices(func, args, kwargs):
                            f"indexed tensor ({args[0].device})")
     values = args[2] if len(args) > 2 else kwargs.get("values")
     if func in _INDEX_PUTS and not isinstance(values, WseTensor) and values.dim() > 0:
-        raise DeviceMismatch(
-            "Expected all tensors to be on the same device, but found at least two devices, "
-            "wse:0 and cpu! (move the values with .to('wse'))")
+        raise DeviceMismatch.of_cpu("the values")
 
 
 _INDEX_PUTS = frozenset({aten.index_put.default, aten._unsafe_index_put.default})

@@ -15,7 +15,7 @@ import torch
 
 from ..trace import build, lower_segment, lower_sort, meta
 from ..trace.ir import Node, Op
-from .dispatch import _node_args, lowered_op
+from .dispatch import DeviceMismatch, _node_args, lowered_op
 from .fallback import fallback_op
 from .special import _upload, special
 from .wse_tensor import WseTensor, from_node, to_cpu, value
@@ -50,8 +50,7 @@ def _masked_select(func, args, kwargs):
     if mask.dtype is not torch.bool:    # (a uint8 mask counted its sum, not its nonzeros)
         raise RuntimeError("masked_select: expected BoolTensor for mask")
     if not isinstance(x, WseTensor):
-        raise RuntimeError("Expected all tensors to be on the same device, but found at least "
-                           "two devices, wse:0 and cpu! (move the CPU tensor with .to('wse'))")
+        raise DeviceMismatch.of_cpu()
     if not isinstance(mask, WseTensor):
         return fallback_op(func, args, kwargs, why="masked_select with a CPU mask")
     shape = build.broadcast_shape(x.shape, mask.shape)
