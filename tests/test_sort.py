@@ -107,6 +107,19 @@ def test_searchsorted_sides_sorter_and_nan():
     native(lambda s, v: torch.bucketize(v, s), torch.sort(torch.randn(7)).values, torch.randn(9))
 
 
+@pytest.mark.parametrize("bad", [9, -1])
+def test_searchsorted_sorter_out_of_range_raises_the_cpus_error(bad):
+    """A sorter index outside the sequence raised IndexError (the gather's bounds check); the
+    CPU raises RuntimeError 'sorter index out of range'."""
+    seq, values, sorter = torch.tensor([1.0, 3.0, 5.0, 7.0]), torch.tensor([4.0]), \
+        torch.tensor([0, 1, 2, bad])
+    with pytest.raises(RuntimeError, match="sorter index out of range"):
+        torch.searchsorted(seq, values, sorter=sorter)
+    got = torch.searchsorted(seq.to("wse"), values.to("wse"), sorter=sorter.to("wse"))
+    with pytest.raises(RuntimeError, match="sorter index out of range"):
+        got.cpu()
+
+
 def test_cummax_cummin_ties_and_nan():
     x = ties(3, 15)
     x[1, 4] = NAN

@@ -191,12 +191,16 @@ def _mode(spec, x, dim=-1, keepdim=False):
 
 # ---- searchsorted and scans -------------------------------------------------------------------
 
+_SORTER_RANGE = checks.message(RuntimeError, "torch.searchsorted(): sorter index out of range")
+
+
 @register(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def _searchsorted(spec, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
     right = bool(right) or side == "right"
     dt = _promoted(seq, values)
     seq, values = cast(seq, dt), as_node(values, dt)
     if sorter is not None:
+        sorter = checks.in_range(sorter, seq.shape[-1], _SORTER_RANGE)
         seq = take(seq, sorter, len(seq.shape) - 1)
     if values.numel == 0 or seq.shape[-1] == 0:
         return full(0, spec.dtype, spec.shape)
