@@ -16,7 +16,7 @@ import torch
 
 from ..trace import meta
 from ..trace.build import HALF, Unsupported
-from ..trace.lower import _conv_ok
+from ..trace.lower_nn import _conv_ok
 from .dispatch import lowered_op
 from .vjp import Vjp, _backward, _RULES
 

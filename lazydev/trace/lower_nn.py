@@ -2,7 +2,8 @@
 
 torch._decomp has decompositions for all of these; lowering them here instead records a few
 nodes directly, where the decomposition would dispatch (and meta-infer) a dozen or more aten ops
-through Python each step. The formulas are the decompositions' own.
+through Python each step. The formulas are the decompositions' own. Convolution and its
+gradients, which run the C library's kernels, are at the end.
 """
 from __future__ import annotations
 
@@ -457,3 +458,57 @@ def _embedding_dense_backward(spec, grad, indices, num_weights, padding_idx, sca
                as_node(0, spec.dtype), g)
     zeros = full(0, spec.dtype, spec.shape)
     return Node(Op.INDEX_PUT, spec.dtype, spec.shape, (zeros, g, idx), (0, 1, 1, False, True))
+
+
+# ---- convolution (Op.CONV2D and its gradients: csrc/wse_conv.c) -------------------------------
+
+def _conv_params(x_shape, w_shape, stride, padding, dilation, groups):
+    def two(v):
+        v = list(v)
+        return v * 2 if len(v) == 1 else v
+    return tuple(two(stride)) + tuple(two(padding)) + tuple(two(dilation)) + (groups,)
+
+
+def _conv_ok(x, transposed, dt):
+    if transposed or len(x.shape) not in (3, 4) or dt != torch.float32:
+        raise Unsupported("only 1-d/2-d float32 non-transposed convolution is compiled")
+
+
+def _as4d(n: Node) -> Node:
+    return reshape(n, n.shape[:2] + (1,) + n.shape[2:]) if len(n.shape) == 3 else n
+
+
+@register(aten.convolution.default)
+def _convolution(spec, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    _conv_ok(x, transposed, spec.dtype)
+    one_d = len(x.shape) == 3
+    if one_d:
+        stride, padding, dilation = [1] + list(stride), [0] + list(padding), [1] + list(dilation)
+    x4, w4 = _as4d(x), _as4d(w)
+    params = _conv_params(x4.shape, w4.shape, stride, padding, dilation, groups)
+    out_shape = spec.shape if not one_d else spec.shape[:2] + (1,) + spec.shape[2:]
+    y = Node(Op.CONV2D, torch.float32, tuple(out_shape), (x4, w4), params)
+    if bias is not None:
+        y = ew(Op.ADD, torch.float32, y.shape, y, reshape(bias, (1, bias.shape[0], 1, 1)))
+    return reshape(y, spec.shape)
+
+
+@register(aten.convolution_backward.default)
+def _convolution_backward(spec, gy, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    _conv_ok(x, transposed, x.dtype)
+    one_d = len(x.shape) == 3
+    if one_d:
+        stride, padding, dilation = [1] + list(stride), [0] + list(padding), [1] + list(dilation)
+    gy4, x4, w4 = _as4d(gy), _as4d(x), _as4d(w)
+    params = _conv_params(x4.shape, w4.shape, stride, padding, dilation, groups)
+    outs = [None, None, None]
+    if output_mask[0]:
+        gi = Node(Op.CONV2D_BWD_INPUT, torch.float32, x4.shape, (gy4, w4), params)
+        outs[0] = reshape(gi, x.shape)
+    if output_mask[1]:
+        gw = Node(Op.CONV2D_BWD_WEIGHT, torch.float32, w4.shape, (gy4, x4), params)
+        outs[1] = reshape(gw, w.shape)
+    if output_mask[2]:
+        outs[2] = reduce(Op.SUM, gy4, (0, 2, 3), False, torch.float32)
+    return tuple(outs)
