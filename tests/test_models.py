@@ -266,6 +266,27 @@ def test_copies_and_pickles_keep_device_aliasing_and_attributes(tmp_path):
         torch.empty(0, device="wse").set_(torch.ones(3))
 
 
+def _child_reads(tensors, queue):
+    queue.put([t.to_dense().tolist() if t.is_sparse else t.tolist() for t in tensors])
+
+
+def test_wse_tensors_reach_a_spawned_process_as_values():
+    """A wse tensor given to a spawned Process (a DataLoader's dataset with spawned workers)
+    is pickled as a CPU copy shared by file descriptor, passed to the child at its start: the
+    copy had been freed by then and the child failed ('unable to resize file')."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    dense = torch.arange(6.0).to("wse").reshape(2, 3) + 7
+    sent = (dense, dense.t()[1:], torch.eye(2).to_sparse().to("wse"))
+    child = ctx.Process(target=_child_reads, args=(sent, queue))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    got = queue.get(timeout=10)
+    assert got == [dense.cpu().tolist(), dense.cpu().t()[1:].tolist(), torch.eye(2).tolist()]
+
+
 def test_deepcopy_of_a_trained_model_and_its_optimizer():
     """copy.deepcopy of a wse model (an EMA copy, the best weights so far) raised TypeError:
     torch's deepcopy also copies a subclass's __dict__, lazydev's device buffer included. The

@@ -13,11 +13,12 @@ from __future__ import annotations
 import copy
 
 import functools
+from multiprocessing.reduction import ForkingPickler
 
 import torch
 
 from ..trace import state
-from .wse_tensor import WSE, WseTensor
+from .wse_tensor import WSE, WseTensor, reduce_for_process
 
 aten = torch.ops.aten
 
@@ -135,3 +136,6 @@ def register(lib) -> None:
         lib.impl("_to_copy", _to_wse, key)
         lib.impl("zeros", functools.partial(_make_on_host, aten.zeros.default), key)
         _fallbacks.fallback(_make_on_host, key)
+
+
+ForkingPickler.register(WseSparseTensor, reduce_for_process)    # Note [Sending to another process]

@@ -10,6 +10,7 @@ import collections
 import copy
 import warnings
 import weakref
+from multiprocessing.reduction import ForkingPickler
 
 import _lazydev_node as _native
 import torch
@@ -568,6 +569,29 @@ def from_cpu(cpu: torch.Tensor) -> WseTensor:
         return WseTensor(storage, tuple(cpu.shape), dtype=cpu.dtype)
     buf = sync.upload(cpu)
     return WseTensor(Storage(cpu.numel(), cpu.dtype, buf=buf), tuple(cpu.shape))
+
+
+# Note [Sending to another process]
+# multiprocessing pickles a wse tensor (a spawned Process's arguments, a Queue, a DataLoader's
+# dataset sent to its workers) as pickle does, as a CPU copy (__reduce_ex__), and shares the
+# copy's memory by file descriptor. For a Process's arguments the descriptor is only noted while
+# pickling and passed when the child is started, after the copy, which nothing else held, had
+# been freed and its descriptor closed: the child failed ("unable to resize file"). The last
+# copy sent of each tensor is kept while the tensor lives (views of a storage share one copy,
+# _saved).
+_SENT: dict = {}       # id(tensor) -> what it was last pickled as (not a WeakKeyDictionary:
+#                        its lookups compare tensors with ==, elementwise)
+
+
+def reduce_for_process(t: WseTensor):
+    reduced = t.__reduce_ex__(2)
+    if id(t) not in _SENT:
+        weakref.finalize(t, _SENT.pop, id(t), None)
+    _SENT[id(t)] = reduced
+    return reduced
+
+
+ForkingPickler.register(WseTensor, reduce_for_process)
 
 
 # wse storage -> (its version, its buffer, a weak reference to a CPU copy of all of it). The
