@@ -150,14 +150,29 @@ def test_the_disk_cache_stays_under_its_cap_least_recently_used_first_out(fresh_
     assert first["key"] not in {e["key"] for e in left}
 
 
-def test_truncated_entry_is_reported_and_rebuilt(tmp_path):
+def _damage(victim: str, how: str) -> None:
+    if how == "truncated":
+        with open(victim, "r+b") as f:
+            f.truncate(100)
+    else:       # JSON, but not an object: the entry's summary raised TypeError, the stats too
+        for path in (victim[:-3] + ".json", cache.stats_path()):
+            with open(path, "w") as f:
+                f.write(how)
+
+
+@pytest.mark.parametrize("how", ["truncated", "null", "[1, 2]"])
+def test_truncated_entry_is_reported_and_rebuilt(tmp_path, how):
     # Corruption happens to files on disk, between processes: the test process never maps the
     # entry (truncating a shared object a process has loaded is a fault for that process).
     first = _result(_run_script(tmp_path))
     entries = _entries(tmp_path)
     victim = max(entries, key=lambda e: e["bytes"])["path"]
-    with open(victim, "r+b") as f:
-        f.truncate(100)
+    old = lazydev.config.cache_dir
+    lazydev.config(cache_dir=str(tmp_path))
+    try:
+        _damage(victim, how)
+    finally:
+        lazydev.config(cache_dir=old)
     proc = _run_script(tmp_path)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err

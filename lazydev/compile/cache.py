@@ -80,14 +80,23 @@ def write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _json_object(path: str) -> dict | None:
+    """The JSON object in file `path`, or None: missing, unreadable, not JSON, or JSON that is
+    not an object (a cache's file written over by something else: `null` raised TypeError)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _valid(path: str) -> bool:
     """The entry's .so matches its recorded hash; warns and deletes a bad entry."""
-    meta_path = path[:-3] + ".json"
+    meta = _json_object(path[:-3] + ".json") or {}
     try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-        ok = os.path.getsize(path) == meta["size"] and file_sha(path) == meta["sha256"]
-    except (OSError, ValueError, KeyError):
+        ok = os.path.getsize(path) == meta.get("size") and file_sha(path) == meta.get("sha256")
+    except OSError:
         ok = False
     if not ok:
         warnings.warn(f"lazydev: compile cache entry {os.path.basename(path)} is truncated or "
@@ -211,11 +220,7 @@ def entries() -> list[dict]:
     """Every entry on disk: key, path, size, last use, and its recorded summary."""
     out = []
     for path, size, used in _files():
-        try:
-            with open(path[:-3] + ".json") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
-            meta = {}
+        meta = _json_object(path[:-3] + ".json") or {}
         key = os.path.basename(path)[:-3]
         out.append(dict(meta, key=key, path=path, bytes=size, used=used))
     return out
@@ -288,20 +293,13 @@ def persist_stats(hits: int, misses: int, disk_hits: int) -> None:
     import fcntl
     with open(stats_path() + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            with open(stats_path()) as f:
-                totals = json.load(f)
-        except (OSError, ValueError):
-            totals = {}
-        for k, v in (("memory_hits", hits), ("compilations", misses), ("disk_hits", disk_hits)):
-            totals[k] = totals.get(k, 0) + v
-        totals["processes"] = totals.get("processes", 0) + 1
+        totals = persisted_stats()
+        for k, v in (("memory_hits", hits), ("compilations", misses), ("disk_hits", disk_hits),
+                     ("processes", 1)):
+            old = totals.get(k)
+            totals[k] = (old if type(old) is int else 0) + v
         write_atomic(stats_path(), json.dumps(totals).encode())
 
 
 def persisted_stats() -> dict:
-    try:
-        with open(stats_path()) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return _json_object(stats_path()) or {}
