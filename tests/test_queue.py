@@ -746,3 +746,27 @@ def test_ctrl_c_while_the_host_runs_a_program_raises_there_and_keeps_its_results
     for _ in range(8):
         want = (want @ z) / 1500 ** 0.5
     assert s.item() == pytest.approx(want.sum().item(), rel=1e-3, abs=1e-2)
+
+
+@pytest.mark.parametrize("where", ["run", "materialise"])
+def test_ctrl_c_while_a_step_is_queued_loses_none_of_its_values(monkeypatch, where):
+    """Note [Ctrl-C while a step is queued]: a SIGINT between queueing a step's program and
+    binding its storages to their new buffers lost the step's values (tensors made in it raised
+    ValueLost or 'never written' ever after). It is raised once the step is queued whole."""
+    import signal
+    from lazydev import compile as C
+    from lazydev.trace.state import Storage
+    a = torch.arange(6.0, device="wse")
+    lazydev.mark_step()
+    b, c, d = a * 2, a + 1, a.exp()
+    owner, name = (C, "run") if where == "run" else (Storage, "materialise")
+    real = getattr(owner, name)
+
+    def interrupted(*args):
+        os.kill(os.getpid(), signal.SIGINT)      # Python raises it at its next line
+        return real(*args)
+    monkeypatch.setattr(owner, name, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        lazydev.mark_step()
+    monkeypatch.undo()
+    assert_same((b, c, d), (torch.arange(6.0) * 2, torch.arange(6.0) + 1, torch.arange(6.0).exp()))

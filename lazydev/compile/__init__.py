@@ -18,7 +18,7 @@ from . import cache, passes
 from .cexpr import CodegenUnsupported
 from .program import Layout, generate
 
-__all__ = ["run_graph", "bind_windows", "upload", "download", "CodegenUnsupported",
+__all__ = ["program_for", "run", "bind_windows", "upload", "download", "CodegenUnsupported",
            "Compiled"]
 
 
@@ -188,10 +188,8 @@ def compile_graph(outputs: list[Node], info: dict) -> tuple[Compiled, bool]:
     return Compiled(program, layout, units), built
 
 
-def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, context=None,
-              donate: tuple = ()) -> list:
-    """Compute `outputs` (cached by graph key); returns one device buffer per output. `donate`:
-    (output index, input slot) pairs whose input buffers nothing else holds (Note [Donation])."""
+def program_for(outputs: list[Node], inputs: list, scalars: list, info: dict):
+    """The program computing `outputs`: from the cache by graph key, or compiled."""
     key = hash(tuple([n.key for n in outputs]))
     info["graph_key"] = f"{key & 0xFFFFFFFFFFFF:012x}"
     compiled = _programs.get(key)
@@ -219,6 +217,13 @@ def run_graph(outputs: list[Node], inputs: list, scalars: list, info: dict, cont
         info["cache"] = "hit"
         compiled.stats["hits"] += 1
     info["nodes"], info["kernels"] = compiled.layout.nodes, compiled.layout.kernels
+    return compiled
+
+
+def run(compiled, inputs: list, scalars: list, info: dict, context=None,
+        donate: tuple = ()) -> list:
+    """Queue `compiled` (program_for's); returns one device buffer per output. `donate`:
+    (output index, input slot) pairs whose input buffers nothing else holds (Note [Donation])."""
     t0 = time.perf_counter()
     result = compiled.execute(inputs, scalars, context, donate)
     info["queue_s"] = time.perf_counter() - t0

@@ -11,6 +11,9 @@ current step and in total (metrics.ledger); strict mode raises at the first one,
 """
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from collections import Counter
 
@@ -141,12 +144,11 @@ def _run(pending, tr, reason, where) -> None:
     state.new_trace()            # ops recorded from here on belong to the next trace
     context = []                 # (storage, value before, value after): to undo a failed run
     donate = _donations(pending, tr)
+    inputs = _compile.bind_windows(tr.inputs) if tr.windows else tr.inputs
     try:
-        inputs = _compile.bind_windows(tr.inputs) if tr.windows else tr.inputs
-        buffers = _compile.run_graph(outputs, inputs, tr.scalars, info, context, donate)
+        program = _compile.program_for(outputs, inputs, tr.scalars, info)
     except BaseException as e:
-        if "cache" not in info and isinstance(e, (_compile.RecompileLimitError,
-                                                   KeyboardInterrupt)):
+        if isinstance(e, (_compile.RecompileLimitError, KeyboardInterrupt)):
             # Refused or interrupted before anything ran: the step stays recorded, and the
             # next sync (after raising the limit) runs it; dropped, its in-place updates
             # were lost.
@@ -154,12 +156,43 @@ def _run(pending, tr, reason, where) -> None:
         else:
             _revert(pending, e)
         raise
-    for st, buf in zip(pending, buffers):
-        context.append((st, st.buf, buf))
-        st.materialise(buf)
+    with _uninterrupted():
+        try:
+            buffers = _compile.run(program, inputs, tr.scalars, info, context, donate)
+        except BaseException as e:
+            _revert(pending, e)
+            raise
+        for st, buf in zip(pending, buffers):
+            context.append((st, st.buf, buf))
+            st.materialise(buf)
     _step["compile"] += info.get("compile_s", 0.0)
     _log_cut(reason, where, len(pending), info, tr)
     _waited(_compile.throttle(config.max_queued_steps if config.async_exec else 0))
+
+
+# Note [Ctrl-C while a step is queued]
+# Ctrl-C while a step compiles leaves it recorded (sync._run resumes the trace). Once its program
+# is found, queueing it and binding each pending storage to its new buffer is one act: a
+# KeyboardInterrupt between two of those lines lost every value of the step (tensors made in it
+# raised ValueLost or "never written" ever after), though the program ran or would have. So
+# SIGINT is held for those lines, which take microseconds, and raised after them: the step is
+# queued whole, and the interrupt reaches the user's loop as usual. (Only the main thread gets
+# KeyboardInterrupt, and only under Python's own handler is it deferred; another handler is
+# the user's to run.)
+@contextlib.contextmanager
+def _uninterrupted():
+    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+    held = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 # Note [Bounded queue]
