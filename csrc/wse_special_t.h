@@ -3687,6 +3687,17 @@ WSE_SP_FN int32_t SP(frexp_exponent)(T x) {
   return (int32_t)e;
 }
 
+/* torch.ldexp with an integer exponent (ATen's kernel: std::ldexp of the exponent converted to
+ * int, so an int64 past int's range wraps as the C conversion does). x * 2**e computed in T
+ * underflowed at e < -149 in float: ldexp(inf, -200) gave NaN, ldexp(1e30, -200) zero. */
+WSE_SP_FN T SP(ldexp)(T x, int64_t e) {
+#if WSE_SP_DOUBLE
+  return ldexp(x, (int)(int32_t)e);
+#else
+  return ldexpf(x, (int)(int32_t)e);
+#endif
+}
+
 /* logcumsumexp's step, PyTorch's _log_add_exp_helper (ReduceOpsKernel.cpp): std::min/max keep
  * their first argument when the other is NaN, and equal infinities must not give NaN. */
 WSE_SP_FN T SP(log_add_exp)(T x, T y) {

@@ -83,6 +83,18 @@ def test_logcumsumexp_infinities_and_nan():
         assert_same(torch.cumprod(x.to("wse"), dim), torch.cumprod(x, dim))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_ldexp_of_integer_exponents_is_the_cpus_std_ldexp(dtype):
+    """x * 2**e in the tensor's dtype underflowed past e = -149 in float: ldexp(inf, -200)
+    gave NaN and ldexp(1e30, -200) zero. An int64 exponent past int's range wraps, as there."""
+    x = torch.tensor([float("inf"), -float("inf"), 1e30, 3e38, 1.5, 1e-30, 0.0]).to(dtype)
+    for e in (torch.tensor(-200), torch.tensor([-200, -200, -200, -150, 2 ** 40, -100, 7]),
+              torch.tensor([3, -3, 2, 1, 0, 5, 9], dtype=torch.int32)):
+        assert_same(torch.ldexp(x.to("wse"), e.to("wse")), torch.ldexp(x, e))
+    e = torch.tensor(-2.5)          # a float exponent: x * pow(2, e), as the CPU's
+    assert_same(torch.ldexp(x.to("wse"), e.to("wse")), torch.ldexp(x, e))
+
+
 def test_frexp_and_fmax_special_values():
     x = torch.tensor([0.0, -0.0, 1.0, -3.5, 1e-40, float("nan"), 6e37])
     y = torch.tensor([float("nan"), 1.0, float("nan"), -4.0, 0.0, float("nan"), 1.0])

@@ -120,6 +120,18 @@ def _frexp(spec, x):
             special("frexp_exponent", exponent.dtype, exponent.shape, x))
 
 
+@register(aten.ldexp.Tensor)
+def _ldexp(spec, x, other):
+    """x * 2**other for an integer exponent as ATen's kernel computes it (std::ldexp); a float
+    exponent is left to the decomposition, x * pow(2, other), as ATen's is."""
+    e = other if isinstance(other, Node) else None
+    if e is None or e.dtype.is_floating_point or e.dtype is torch.bool:
+        raise Unsupported("ldexp with an exponent that is not an integer tensor")
+    _check_dtype(spec.dtype, True, "ldexp")
+    return special("ldexp", spec.dtype, spec.shape, cast(as_node(x, spec.dtype), spec.dtype),
+                   cast(e, torch.int64))
+
+
 def _fmaxmin(op: Op):
     """fmax/fmin: the maximum/minimum ignoring a NaN operand (NaN only when both are)."""
     def lower(spec, a, b):
