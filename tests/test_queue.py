@@ -748,25 +748,60 @@ def test_ctrl_c_while_the_host_runs_a_program_raises_there_and_keeps_its_results
     assert s.item() == pytest.approx(want.sum().item(), rel=1e-3, abs=1e-2)
 
 
-@pytest.mark.parametrize("where", ["run", "materialise"])
+@pytest.mark.parametrize("where", ["_donations", "run", "materialise"])
 def test_ctrl_c_while_a_step_is_queued_loses_none_of_its_values(monkeypatch, where):
     """Note [Ctrl-C while a step is queued]: a SIGINT between queueing a step's program and
     binding its storages to their new buffers lost the step's values (tensors made in it raised
-    ValueLost or 'never written' ever after). It is raised once the step is queued whole."""
+    ValueLost or 'never written' ever after). It is raised once the step is queued whole. One
+    before the program is found (while donations are counted) left the trace broken (an
+    IndexError at the next step): the step stays recorded, as when compiling."""
     import signal
     from lazydev import compile as C
+    from lazydev.trace import sync
     from lazydev.trace.state import Storage
     a = torch.arange(6.0, device="wse")
     lazydev.mark_step()
     b, c, d = a * 2, a + 1, a.exp()
-    owner, name = (C, "run") if where == "run" else (Storage, "materialise")
-    real = getattr(owner, name)
+    owner = {"_donations": sync, "run": C, "materialise": Storage}[where]
+    real = getattr(owner, where)
 
     def interrupted(*args):
         os.kill(os.getpid(), signal.SIGINT)      # Python raises it at its next line
         return real(*args)
-    monkeypatch.setattr(owner, name, interrupted)
+    monkeypatch.setattr(owner, where, interrupted)
     with pytest.raises(KeyboardInterrupt):
         lazydev.mark_step()
     monkeypatch.undo()
     assert_same((b, c, d), (torch.arange(6.0) * 2, torch.arange(6.0) + 1, torch.arange(6.0).exp()))
+
+
+def test_ctrl_c_as_the_host_claims_a_job_neither_loses_nor_hangs_it(monkeypatch):
+    """Note [A claimed job runs]: a SIGINT after the host took a job off the queue and before
+    it ran it left the job in no one's hands and the queue busy: every later read hung."""
+    import signal
+    from lazydev.runtime import queue as Q
+    monkeypatch.setattr(Q, "HOST_GRACE", 60.0)       # the worker never gets there first
+    a = torch.arange(6.0, device="wse")
+    lazydev.mark_step()
+    lazydev.wait()
+    c = (a * 3).sum()
+    lazydev.mark_step()
+    real = Q.ExecQueue._claim
+
+    def claim(self, host):
+        got = real(self, host)
+        if host and isinstance(got, list):
+            os.kill(os.getpid(), signal.SIGINT)       # Python raises it at its next line
+        return got
+    monkeypatch.setattr(Q.ExecQueue, "_claim", claim)
+    with pytest.raises(KeyboardInterrupt):
+        c.item()
+    monkeypatch.setattr(Q.ExecQueue, "_claim", real)
+    read = {}
+    reader = threading.Thread(target=lambda: read.update(c=c.item()), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert read == {"c": 45.0}
+    d = (a + 1).sum()
+    lazydev.mark_step()
+    assert d.item() == 21.0

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 
+from .. import interrupts
 from .device import owns_team, release_team
 
 
@@ -178,6 +179,17 @@ class _Whole:
         raise RuntimeError("a wse job was interrupted (KeyboardInterrupt) while it ran")
 
 
+# Note [A claimed job runs]
+# A host waiting for a ticket takes the oldest job off the queue and runs it (Note [Who runs a
+# program]). A Ctrl-C between the two, the job taken and not yet started, left it in no one's
+# hands with the queue marked busy: every later read hung. SIGINT is held from the claim until
+# the run starts (lazydev/interrupts.py), and one that came meanwhile is raised when the run
+# returns, as one during the run is; the run itself stays interruptible.
+def _raise(interrupt) -> None:
+    if interrupt is not None:
+        raise interrupt
+
+
 class ExecQueue:
     def __init__(self):
         self._pending: collections.deque = collections.deque()   # (job, ticket, queued at, paused)
@@ -321,16 +333,18 @@ class ExecQueue:
             self._cv.notify_all()
 
     def _run(self, got: list, unpause: bool, limit_us: int = 0, until: int = 0,
-             budget_us: int = 0, host: bool = False) -> None:
+             budget_us: int = 0, host: bool = False, hold=None) -> None:
         """Run the claimed [job, ticket, paused] (emptied here, so that only this frame holds
-        the job, and drops it before the ticket is done, _finish)."""
+        the job, and drops it before the ticket is done, _finish). `hold`: the host's held
+        Ctrl-C, released as the run starts (Note [A claimed job runs])."""
         job, ticket, _ = got
         got.clear()
         # Asked before the run, while the host's caches are warm: after it, cold, the question
         # (torch.get_num_threads) cost 20-25 us of the host's time between two runs.
         holds_team = host and getattr(job, "forks", True) and owns_team()   # Note [Team hold]
         t0 = time.perf_counter()
-        finished, interrupt = True, None
+        finished = True
+        interrupt = hold.release() if hold is not None else None
         if self._failed:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
         else:
@@ -374,23 +388,44 @@ class ExecQueue:
         is running once it pauses."""
         while not target.done.is_set():
             _refuse_forked()            # nothing would run it (Note [Forked children])
-            with self._cv:
-                if target.done.is_set():
-                    return
-                job = target.job
-                reached = calls is not None and job is not None and job.reached(calls)
-                job = None                          # held on, it outlives `done` (_finish)
-                if reached:
-                    self._hand_back(target)
-                    return
-                got = self._claim(host=True)
-                if got is None:
-                    if self._worker_job is not None:
-                        self._worker_job.pause()    # it comes back to us (_release)
-                    self._cv.wait()
-                    continue
+            hold = interrupts.Held()    # Note [A claimed job runs]
+            try:
+                got = self._host_claim(target, calls, hold)
+            except BaseException:
+                hold.release()
+                raise
+            if got is None:
+                return
+            if not got:
+                continue
             mine = got[1] is target and calls
-            self._run(got, unpause=True, until=calls if mine else 0, host=True)
+            try:
+                self._run(got, unpause=True, until=calls if mine else 0, host=True, hold=hold)
+            finally:
+                hold.release()          # (the run released it, unless it failed before)
+
+    def _host_claim(self, target: Ticket, calls: int | None, hold):
+        """_await's turn: None when `target` has run far enough, [] after waiting for the
+        queue, else the job claimed. Releases `hold` unless a job is claimed."""
+        with self._cv:
+            if target.done.is_set():
+                _raise(hold.release())
+                return None
+            job = target.job
+            reached = calls is not None and job is not None and job.reached(calls)
+            job = None                          # held on, it outlives `done` (_finish)
+            if reached:
+                self._hand_back(target)
+                _raise(hold.release())
+                return None
+            got = self._claim(host=True)
+            if got is None:
+                _raise(hold.release())          # nothing claimed
+                if self._worker_job is not None:
+                    self._worker_job.pause()    # it comes back to us (_release)
+                self._cv.wait()
+                return []
+            return got
 
     def _front(self, job, ticket: Ticket, handed: bool) -> None:
         """Put a started job back at the front of the queue (the caller holds the lock):

@@ -11,14 +11,11 @@ current step and in total (metrics.ledger); strict mode raises at the first one,
 """
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 from collections import Counter
 
 from .. import compile as _compile
-from .. import log, metrics
+from .. import interrupts, log, metrics
 from ..config import config
 from . import state
 
@@ -143,9 +140,9 @@ def _run(pending, tr, reason, where) -> None:
     outputs = [st.node for st in pending]
     state.new_trace()            # ops recorded from here on belong to the next trace
     context = []                 # (storage, value before, value after): to undo a failed run
-    donate = _donations(pending, tr)
-    inputs = _compile.bind_windows(tr.inputs) if tr.windows else tr.inputs
     try:
+        donate = _donations(pending, tr)
+        inputs = _compile.bind_windows(tr.inputs) if tr.windows else tr.inputs
         program = _compile.program_for(outputs, inputs, tr.scalars, info)
     except BaseException as e:
         if isinstance(e, (_compile.RecompileLimitError, KeyboardInterrupt)):
@@ -156,7 +153,7 @@ def _run(pending, tr, reason, where) -> None:
         else:
             _revert(pending, e)
         raise
-    with _uninterrupted():
+    with interrupts.held():
         try:
             buffers = _compile.run(program, inputs, tr.scalars, info, context, donate)
         except BaseException as e:
@@ -175,24 +172,8 @@ def _run(pending, tr, reason, where) -> None:
 # is found, queueing it and binding each pending storage to its new buffer is one act: a
 # KeyboardInterrupt between two of those lines lost every value of the step (tensors made in it
 # raised ValueLost or "never written" ever after), though the program ran or would have. So
-# SIGINT is held for those lines, which take microseconds, and raised after them: the step is
-# queued whole, and the interrupt reaches the user's loop as usual. (Only the main thread gets
-# KeyboardInterrupt, and only under Python's own handler is it deferred; another handler is
-# the user's to run.)
-@contextlib.contextmanager
-def _uninterrupted():
-    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-            or threading.current_thread() is not threading.main_thread()):
-        yield
-        return
-    held = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if held:
-        raise KeyboardInterrupt
+# SIGINT is held for those lines, which take microseconds, and raised after them
+# (lazydev/interrupts.py): the step is queued whole, and the interrupt reaches the user's loop.
 
 
 # Note [Bounded queue]
