@@ -43,7 +43,7 @@ def pad_to_bucket(x: torch.Tensor, dim: int = 0, buckets=None, value=0):
         warnings.warn("lazydev.pad_to_bucket of a tensor already on wse: the padding is recorded "
                       "on the device, so each size still compiles its own program; pad the CPU "
                       "tensor before .to('wse')", stacklevel=2)
-    keep = torch.zeros(size, dtype=torch.bool)
+    keep = torch.zeros(size, dtype=torch.bool, device="cpu")
     keep[:n] = True
     if size == n:
         return x, keep.to(x.device)

@@ -537,3 +537,22 @@ def test_a_model_with_old_style_weight_norm_moves_to_wse_and_trains():
     for a, b in zip(cpu.parameters(), wse.parameters()):
         assert_same(b.grad, a.grad)
     assert lazydev.metrics.counters()["fallbacks"] == {}
+
+
+def test_reads_and_host_work_under_a_default_device_of_wse(tmp_path):
+    """Under torch.set_default_device('wse') or `with torch.device('wse')`, lazydev's own CPU
+    tensors (the host copy a read fills, a fallback's blank outputs, random draws) were made on
+    wse: print, tolist and torch.save of a wse tensor copied into a null pointer (SIGSEGV)."""
+    x = torch.arange(6.0).reshape(2, 3)
+    with torch.device("wse"):
+        t = torch.arange(6.0).reshape(2, 3)
+        assert t.device.type == "wse" and t.tolist() == x.tolist()
+        assert str(t) == str(x)[:-1] + ", device='wse:0')"
+        torch.save(t, tmp_path / "t.pt")
+        drawn = torch.bernoulli(torch.full((64,), 0.5))
+        assert drawn.device.type == "wse" and set(drawn.unique().tolist()) <= {0.0, 1.0}
+        assert_same(torch.sort(t, dim=1, descending=True), torch.sort(x, dim=1, descending=True))
+        lin = nn.Linear(3, 2)
+        lin(t).sum().backward()
+        assert lin.weight.grad.device.type == "wse"
+    assert torch.load(tmp_path / "t.pt").tolist() == x.tolist()

@@ -172,6 +172,8 @@ def _malloc(nbytes: int):
 
 
 def _host_ptr(t: torch.Tensor):
+    if not t.is_cpu:        # a wse tensor's data_ptr is 0: a copy through it faults
+        raise ValueError(f"lazydev runtime: host memory expected, got a tensor on {t.device}")
     return ffi.cast("void*", t.data_ptr())
 
 
@@ -254,7 +256,7 @@ class Buffer:
 
     def to_tensor(self, dtype: torch.dtype, shape, start: int = 0) -> torch.Tensor:
         """A new CPU tensor holding a copy of numel elements from element `start` on."""
-        out = torch.empty(tuple(shape), dtype=dtype)
+        out = torch.empty(tuple(shape), dtype=dtype, device="cpu")
         n = _tensor_nbytes(out)
         skip = start * out.element_size()
         if n == 0:          # (an empty view's offset may lie past an empty buffer's end)

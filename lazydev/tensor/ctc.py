@@ -22,7 +22,7 @@ NEG = float("-inf")
 def _lengths(v, device) -> torch.Tensor:
     if isinstance(v, torch.Tensor):
         return v.to(device=device, dtype=torch.int64)
-    return torch.tensor(list(v), dtype=torch.int64).to(device)
+    return torch.tensor(list(v), dtype=torch.int64, device="cpu").to(device)
 
 
 def _padded_targets(targets, target_lengths, n: int):
@@ -34,10 +34,11 @@ def _padded_targets(targets, target_lengths, n: int):
         tl = to_cpu(tl, reason="ctc target lengths")
     tl = [int(v) for v in tl]
     smax = max(tl, default=0)
-    starts = torch.tensor([sum(tl[:i]) for i in range(n)], dtype=torch.int64)
-    idx = (starts.unsqueeze(1) + torch.arange(smax)).clamp(max=max(targets.numel() - 1, 0))
+    starts = torch.tensor([sum(tl[:i]) for i in range(n)], dtype=torch.int64, device="cpu")
+    idx = (starts.unsqueeze(1) + torch.arange(smax, device="cpu")).clamp(
+        max=max(targets.numel() - 1, 0))
     return targets.to(torch.int64)[idx.to(targets.device)] if smax else \
-        torch.zeros(n, 0, dtype=torch.int64).to(targets.device)
+        torch.zeros(n, 0, dtype=torch.int64, device="cpu").to(targets.device)
 
 
 class _Layout:
@@ -49,7 +50,7 @@ class _Layout:
         dev = log_probs.device
         tgt = _padded_targets(targets, target_lengths, n)
         blanks = torch.full_like(tgt, blank)
-        end = torch.full((n, 1), blank, dtype=torch.int64).to(dev)
+        end = torch.full((n, 1), blank, dtype=torch.int64, device="cpu").to(dev)
         self.prime = torch.cat([torch.stack([blanks, tgt], -1).reshape(n, -1), end], 1)
         width = self.prime.shape[1]
         self.il = _lengths(input_lengths, dev)

@@ -162,9 +162,8 @@ def empty_tensor(size, dtype):
     if dtype not in COMPILED:
         # float8, uint32, ...: no node can hold their values, so zeros in a device buffer (a
         # zero node failed the step's compilation at the next sync, losing its values)
-        return WseTensor.fresh(Storage(numel, dtype, buf=sync.upload(torch.zeros(numel,
-                                                                               dtype=dtype))),
-                               size)
+        zeros = torch.zeros(numel, dtype=dtype, device="cpu")
+        return WseTensor.fresh(Storage(numel, dtype, buf=sync.upload(zeros)), size)
     return WseTensor.fresh(Storage(numel, dtype, node=_zero_fill(dtype, numel)), size)
 
 
@@ -258,10 +257,10 @@ def _fill_shell(host, uploaded: dict, src, dst, copy_) -> None:
     makes first (uploading the bytes they hold then) and reads each storage's bytes afterwards,
     by a copy into a tensor over it (another Python object over the same memory): the bytes go
     to the host copy, and each upload of it (one per dtype) takes them too."""
-    torch.empty((0,), dtype=dst.dtype).set_(
+    torch.empty((0,), dtype=dst.dtype, device="cpu").set_(
         host, dst.storage_offset(), dst.size(), dst.stride()).copy_(src)
     for dtype, flat in uploaded.items():
-        copy_(None, (flat, torch.empty((0,), dtype=dtype).set_(host)), {})
+        copy_(None, (flat, torch.empty((0,), dtype=dtype, device="cpu").set_(host)), {})
 
 
 @state.recorder

@@ -259,7 +259,7 @@ def _made_elsewhere(func, args, kwargs):
         return func(*_to_cpu_args(args), **kwargs)
 
     def stand_in(t):
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
     return func(*pytree.tree_map_only(WseTensor, stand_in, args), **kwargs)
 
 

@@ -71,7 +71,7 @@ def _blank(out):
     if isinstance(out, (list, tuple)):
         return type(out)(_blank(o) for o in out)
     if _dense(out):
-        return torch.empty(out.shape, dtype=out.dtype)
+        return torch.empty(out.shape, dtype=out.dtype, device="cpu")
     return _to_cpu_args(out)
 
 

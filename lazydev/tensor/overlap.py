@@ -79,9 +79,9 @@ def _common(a: tuple, b: tuple) -> bool:
 
 
 def _offsets(size, stride, offset) -> torch.Tensor:
-    at = torch.tensor([offset], dtype=torch.int64)
+    at = torch.tensor([offset], dtype=torch.int64, device="cpu")
     for n, st in zip(size, stride):
-        at = (at[:, None] + torch.arange(n, dtype=torch.int64) * st).reshape(-1)
+        at = (at[:, None] + torch.arange(n, dtype=torch.int64, device="cpu") * st).reshape(-1)
     return at
 
 

@@ -184,7 +184,7 @@ def _fractional_starts(u, size: int, out: int, k: int):
     last = torch.full(list(u.shape[:2]) + [out], size - k, dtype=torch.int64, device=u.device)
     if out <= 1:
         return last
-    alpha = torch.tensor((size - k) / (out - 1), dtype=torch.float32).item()
+    alpha = torch.tensor((size - k) / (out - 1), dtype=torch.float32, device="cpu").item()
     i = torch.arange(out, dtype=torch.float32, device=u.device)
     seq = ((i + u) * alpha).to(torch.int64) - (u * alpha).to(torch.int64)
     return torch.where(i == out - 1, last, seq)

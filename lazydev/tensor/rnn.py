@@ -66,4 +66,4 @@ def _pack_padded_sequence(input, lengths, batch_first):
                            f"{steps.shape[0]} steps")
     batch_sizes = [sum(n > t for n in lengths) for t in range(lengths[0])]
     data = torch.cat([steps[t, :b] for t, b in enumerate(batch_sizes)])
-    return data, torch.tensor(batch_sizes, dtype=torch.int64)
+    return data, torch.tensor(batch_sizes, dtype=torch.int64, device="cpu")

@@ -184,7 +184,7 @@ def grid_sampler_3d_backward(grad, x, grid, interpolation_mode, padding_mode, al
 
 def _rounded(v: float, dtype) -> float:
     """v rounded to `dtype` (the CPU kernel keeps its scalars in the input's float type)."""
-    return torch.tensor(v, dtype=dtype).item()
+    return torch.tensor(v, dtype=dtype, device="cpu").item()
 
 
 def _aa_weights(size: int, out: int, align_corners: bool, scale_opt, device, dtype):

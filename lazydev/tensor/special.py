@@ -150,7 +150,7 @@ def _random(draw):
     """In-place random op: draw on the CPU into a fresh tensor and write it."""
     def handler(func, args, kwargs):
         t = args[0]
-        cpu = torch.empty(t.shape, dtype=t.dtype)
+        cpu = torch.empty(t.shape, dtype=t.dtype, device="cpu")
         draw(cpu, *args[1:], **kwargs)
         write_tensor(t, _upload(cpu))
         return t
@@ -184,7 +184,8 @@ def _bernoulli_of(p, shape, generator):
     p = guards.in_unit_interval(p, checks.message(RuntimeError, _BERNOULLI_P))
     # ATen draws a double per element for float64 probabilities, a float for the others.
     wide = isinstance(p, torch.Tensor) and p.dtype is torch.float64
-    u = torch.rand(shape, generator=generator, dtype=torch.float64 if wide else torch.float32)
+    u = torch.rand(shape, generator=generator, dtype=torch.float64 if wide else torch.float32,
+                   device="cpu")
     return dispatch(aten.lt.Tensor, (_upload(u), p), {})
 
 
@@ -198,7 +199,8 @@ def _bernoulli(func, args, kwargs):
 @special(aten.bernoulli.p)
 def _bernoulli_p(func, args, kwargs):
     t, p = args[0], args[1]
-    cpu = torch.empty(t.shape, dtype=t.dtype).bernoulli_(p, generator=kwargs.get("generator"))
+    cpu = torch.empty(t.shape, dtype=t.dtype, device="cpu").bernoulli_(
+        p, generator=kwargs.get("generator"))
     return _upload(cpu)
 
 
@@ -285,7 +287,7 @@ def _set_storage_(func, args, kwargs):
             "from")
     flat = storage._lz_flat.get(t.dtype)
     if flat is None:
-        cpu = torch.empty((0,), dtype=t.dtype).set_(host)
+        cpu = torch.empty((0,), dtype=t.dtype, device="cpu").set_(host)
         flat = storage._lz_flat[t.dtype] = _upload(cpu)
     if func is aten.set_.source_Storage:
         size, stride, offset = (flat.numel(),), (1,), 0
@@ -336,9 +338,10 @@ def _rrelu_with_noise(func, args, kwargs):
         return dispatch(aten.leaky_relu.default, (x, (lower + upper) / 2), {})
     neg = to_cpu(x, reason="rrelu draws") <= 0
     # The kernel's bounds are in the input's float type; each draw is a double, then rounded.
-    lo, hi = (torch.tensor(v, dtype=x.dtype).item() for v in (lower, upper))
-    draws = torch.empty(int(neg.sum()), dtype=torch.float64).uniform_(lo, hi, generator=gen)
-    cpu_noise = torch.ones(x.shape, dtype=x.dtype)
+    lo, hi = (torch.tensor(v, dtype=x.dtype, device="cpu").item() for v in (lower, upper))
+    draws = torch.empty(int(neg.sum()), dtype=torch.float64, device="cpu").uniform_(
+        lo, hi, generator=gen)
+    cpu_noise = torch.ones(x.shape, dtype=x.dtype, device="cpu")
     cpu_noise[neg] = draws.to(x.dtype)
     w = _upload(cpu_noise)
     if isinstance(noise, WseTensor):

@@ -255,7 +255,7 @@ def _segments_ok(data, lengths, offsets, unsafe: bool) -> bool:
 def _randint_like(func, args, kwargs):
     x = args[0]
     kw = {k: v for k, v in kwargs.items() if k in ("dtype", "generator")}
-    cpu = func(torch.empty(x.shape, dtype=x.dtype), *args[1:], **kw)
+    cpu = func(torch.empty(x.shape, dtype=x.dtype, device="cpu"), *args[1:], **kw)
     device = kwargs.get("device")
     if device is not None and torch.device(device).type == "cpu":
         return cpu

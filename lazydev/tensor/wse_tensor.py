@@ -622,7 +622,7 @@ def _saved(t: WseTensor) -> torch.Tensor:
     size, stride, offset = t._lz_meta[:3]
     # A view as another dtype views the same copy, so saving it with its base raises as on the
     # CPU ("Cannot save multiple tensors or storages that view the same data as different types")
-    return torch.empty(0, dtype=dtype).set_(copy, offset, size, stride)
+    return torch.empty(0, dtype=dtype, device="cpu").set_(copy, offset, size, stride)
 
 
 def _no_value(st) -> None:

@@ -313,7 +313,7 @@ def _promoted(a, b):
     def stand_in(v):
         if not isinstance(v, Node):
             return v
-        return torch.empty((0,) if v.shape else (), dtype=v.dtype)
+        return torch.empty((0,) if v.shape else (), dtype=v.dtype, device="cpu")
     return torch.result_type(stand_in(a), stand_in(b))
 
 

@@ -123,7 +123,7 @@ def deferred_check(info: Node, api_name: str, is_matrix: bool) -> None:
 
 def linalg_error(info: int, batch: int, api_name: str, is_matrix: bool) -> Exception:
     """The exception ATen raises for LAPACK info `info` at batch index `batch`."""
-    infos = torch.zeros(() if is_matrix else (batch + 1,), dtype=torch.int32)
+    infos = torch.zeros(() if is_matrix else (batch + 1,), dtype=torch.int32, device="cpu")
     infos.view(-1)[-1] = info
     try:
         torch._linalg_check_errors(infos, api_name, is_matrix=is_matrix)

@@ -317,7 +317,7 @@ def histc(x: Node, bins: int, low: float, high: float) -> Node:
     values in none."""
     dt = x.dtype
     flat = reshape(x, (x.numel,))
-    lo, hi = torch.tensor(low, dtype=dt), torch.tensor(high, dtype=dt)
+    lo, hi = torch.tensor(low, dtype=dt, device="cpu"), torch.tensor(high, dtype=dt, device="cpu")
     left, width = _k(float(lo), dt), _k(float(hi - lo), dt)
     inside = _bin(Op.AND, _bin(Op.GE, flat, left, torch.bool),
                   _bin(Op.LE, flat, _k(float(hi), dt), torch.bool))

@@ -232,9 +232,9 @@ def cpu_error(func, args, kwargs, expand_large: bool = True) -> Exception | None
             size, stride, offset, numel, dtype = getattr(a, "_lz_meta", None) or (
                 a.shape, a.stride(), a.storage_offset(), a.numel(), a.dtype)
             if large:
-                return torch.full((), fill, dtype=dtype).expand(size)
-            return torch.full((max(numel, 1),), fill, dtype=dtype).as_strided(size, stride,
-                                                                              offset)
+                return torch.full((), fill, dtype=dtype, device="cpu").expand(size)
+            flat = torch.full((max(numel, 1),), fill, dtype=dtype, device="cpu")
+            return flat.as_strided(size, stride, offset)
         if isinstance(a, torch.device):
             return torch.device("cpu")
         return a
