@@ -496,3 +496,18 @@ def test_clamp_of_ints_by_a_float_bound_converts_its_bounds_to_float():
     for f in (lambda x: x.clamp(min=0.5, max=300), lambda x: x.clamp(min=-2 ** 40, max=2.5)):
         x = torch.tensor([1, -7, 100], dtype=torch.int8)
         assert_same(f(x.to("wse")), f(x))
+
+
+def test_ops_follow_the_default_dtype_after_it_changes():
+    """Note [Default dtype]: int_x * 0.5, int_x / 3 and sqrt(int_x) kept the default dtype of
+    their first call (cached specs and replay plans), whatever torch.set_default_dtype said."""
+    ints = torch.arange(5)
+    try:
+        for default in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(default)
+            for f in (lambda t: t * 0.1, lambda t: t / 3, torch.sqrt, lambda t: t.clamp(min=0.5)):
+                got = f(ints.to("wse"))
+                assert got.dtype == default
+                assert_same(got, f(ints))
+    finally:
+        torch.set_default_dtype(torch.float32)

@@ -1,12 +1,13 @@
 """Registers the "wse" device with PyTorch (PrivateUse1, renamed) and its factory kernels."""
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 
 import torch
 
-from ..trace import build, state, sync
+from ..trace import build, meta, state, sync
 from ..trace.meta import COMPILED
 from ..trace.state import Storage
 
@@ -302,6 +303,25 @@ def _restore_on_wse(obj, location):
 _SHELLS: dict = {}      # host address -> (weak reference to the host bytes, their uploads)
 
 
+# Note [Default dtype]
+# The result dtype of int_x * 0.5, int_x / 3 or sqrt(int_x) is torch's default dtype, which the
+# meta kernels read. Their specs are kept by the arguments' signatures (trace/meta.py), and so
+# are the replay plans (tensor/replay.py): after torch.set_default_dtype(torch.float64), such an
+# op recorded before still gave float32. Both are forgotten when the default dtype changes.
+def _watch_default_dtype() -> None:
+    for name in ("set_default_dtype", "set_default_tensor_type"):
+        original = getattr(torch, name)
+
+        def changed(*args, _original=original, **kwargs):
+            before = torch.get_default_dtype()
+            _original(*args, **kwargs)
+            if torch.get_default_dtype() != before:
+                from . import replay
+                meta.clear()
+                replay.clear()
+        setattr(torch, name, functools.wraps(original)(changed))
+
+
 _lib = _autocast = None     # the Library objects: registrations last while they live
 _amp_dtypes = [list]        # the dtypes torch.autocast("wse") casts to (register)
 
@@ -342,6 +362,7 @@ def register(amp_dtypes=list) -> None:
     # Before PyTorch's PrivateUse1 entry (23); wse tensors pickle as CPU tensors, so there is
     # nothing to tag (Note [Loading onto wse]).
     torch.serialization.register_package(15, lambda storage: None, _restore_on_wse)
+    _watch_default_dtype()
     from . import ctc, foreach, grads, guards, modules, sparse
     modules.register()      # Note [Parameters leaving wse]
     grads.register()        # Note [Root gradients on another device]

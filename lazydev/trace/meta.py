@@ -87,6 +87,11 @@ def _sig(a, value_sensitive):
     return a
 
 
+def clear() -> None:
+    """Forget every spec (Note [Default dtype] in tensor/device.py)."""
+    _cache.clear()
+
+
 def infer(func, args, kwargs):
     """Specs (a Spec, a tuple of them, or None per non-tensor output) for func(*args, **kwargs)."""
     vs = func in _VALUE_SENSITIVE
