@@ -42,6 +42,24 @@ def test_resize_shapes(start, size):
     assert_same(w.reshape(-1)[:n], cpu.reshape(-1)[:n])
 
 
+@pytest.mark.parametrize("fmt", [None, torch.contiguous_format, torch.channels_last,
+                                 torch.preserve_format])
+def test_resize_as_grows_as_resize_does(fmt):
+    """x.resize_as_(bigger) had no handler: the storage did not grow, and the step failed
+    reading past its buffer, losing its other updates (y.add_(1))."""
+    template = torch.zeros(2, 3, 2, 2)
+    kw = {} if fmt is None else {"memory_format": fmt}
+    cpu, y = torch.arange(4.0), torch.arange(3.0)
+    w, yw = cpu.to("wse"), y.to("wse")
+    for t, other, tmpl in ((cpu, y, template), (w, yw, template.to("wse"))):
+        t.resize_as_(tmpl, **kw)
+        other.add_(1)
+        t.fill_(7)
+    lazydev.mark_step()
+    assert w.shape == cpu.shape and w.stride() == cpu.stride()
+    assert_same((w, yw), (cpu, y))
+
+
 def test_set_to_a_larger_tensor():
     w = torch.zeros(1).to("wse")
     src = torch.arange(25.).reshape(5, 5)

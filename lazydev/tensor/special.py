@@ -230,6 +230,21 @@ def _resize_(func, args, kwargs):
     return t
 
 
+@special(aten.resize_as_.default)
+def _resize_as_(func, args, kwargs):
+    """resize_ to the template's sizes, as ATen's resize_as_ (preserve_format: the template's
+    suggested format). It reached no handler of its own: the storage did not grow, the step's
+    program read past its buffer and failed, losing the step's other updates."""
+    t, template = args[0], args[1]
+    fmt = kwargs.get("memory_format")
+    if fmt is torch.preserve_format:        # ATen's suggest_memory_format
+        last = (template.dim() == 4 and not template.is_contiguous()
+                and template.is_contiguous(memory_format=torch.channels_last))
+        fmt = torch.channels_last if last else torch.contiguous_format
+    return _resize_(aten.resize_.default, (t, tuple(template.shape)),
+                    {} if fmt is None else {"memory_format": fmt})
+
+
 def _relaid(t, stride):
     """resize_ to its own size in another memory format, of a row-major tensor: the layout
     asked for, with the values kept. On the CPU such a tensor is mostly in that format already
