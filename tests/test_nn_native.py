@@ -57,6 +57,20 @@ def test_max_pool2d_backward(shape, kwargs):
     run_both(lambda t: F.max_pool2d(t, **kwargs).pow(2), x.requires_grad_())
 
 
+@pytest.mark.parametrize("shape,args", [((1, 2, 3, 1), ((1, 2), 1, (0, 1), (1, 2))),
+                                        ((2, 1, 3, 4), ((2, 2), 1, (1, 1), (3, 3))),
+                                        ((1, 1, 5), (2, 1, 1, 2))])
+def test_max_pool_windows_of_padding_only(shape, args):
+    """A dilated window can tap padding only: the CPU gives -inf and, as index, its first row
+    and column stepped into the input; wse read another element (index -1 wrapped)."""
+    pool = F.max_pool2d if len(shape) == 4 else F.max_pool1d
+    x = torch.randn(*shape)
+    assert_same(pool(x.to("wse"), *args, return_indices=True), pool(x, *args, return_indices=True))
+    if shape[-1] > 1:       # (in [1, 2, 3, 1], the index of one such window is past the end)
+        finite = lambda t: torch.where(torch.isfinite(t), t, 0.0).square()    # noqa: E731
+        run_both(lambda t: finite(pool(t, *args)), torch.randn(*shape).requires_grad_())
+
+
 def test_adaptive_pools_uneven_windows():
     run_both(lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), leaf(2, 3, 7, 9))
     run_both(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), leaf(2, 5, 7, 6))

@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from .build import (Unsupported, as_node, broadcast_shape, cast, contiguous_strides, ew, expand,
-                    full, opmath, reduce, reshape, take_rows, wrap_dim)
+from .build import (Unsupported, as_node, broadcast_shape, cast, const, contiguous_strides, ew,
+                    expand, full, opmath, reduce, reshape, take_rows, wrap_dim)
 from .ir import Node, Op
 from .lower import register
 
@@ -331,7 +331,45 @@ def _max_pool2d(spec, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mod
     outs = index.shape[-2] * index.shape[-1]
     values = Node(Op.GATHER, x.dtype, lead + (outs,),
                   (reshape(x, lead + (h * w,)), reshape(index, lead + (outs,))), len(lead))
-    return reshape(values, tuple(spec[0].shape)), index
+    values = reshape(values, tuple(spec[0].shape))
+    bad = [_padding_only(n, size, *a) for n, size, a in
+           zip(index.shape[-2:], (h, w), zip(k, s, p, d))]
+    if bad[0] or bad[1]:
+        return _padding_windows(values, index, bad, w, s, p, d)
+    return values, index
+
+
+def _padding_only(n: int, size: int, k: int, s: int, p: int, d: int) -> list:
+    """The output positions along one axis whose window taps padding only (with dilation)."""
+    return [o for o in range(n) if all(not 0 <= o * s - p + i * d < size for i in range(k))]
+
+
+def _padding_windows(values: Node, index: Node, bad: list, w: int, s, p, d):
+    """Windows of padding only (a dilated pool's edge; the kernel leaves their index -1): the
+    CPU gives -inf, and as index its first row and column in or past the input, stepping from
+    the window's start by the dilation (ih * W + iw, which may lie outside the input)."""
+    if len(bad[0]) + len(bad[1]) > 64:
+        raise Unsupported("max_pool2d with many windows of padding only: decomposition")
+    shape, i64 = index.shape, torch.int64
+    axes = (len(shape) - 2, len(shape) - 1)
+    at = [Node(Op.INDEX, i64, shape, (), a) for a in axes]
+    hit = None
+    for pos, rows in zip(at, bad):
+        for o in rows:
+            eq = ew(Op.EQ, torch.bool, shape, pos, const(o, i64))
+            hit = eq if hit is None else ew(Op.OR, torch.bool, shape, hit, eq)
+    first = []
+    for pos, sk, pk, dk in zip(at, s, p, d):
+        start = ew(Op.SUB, i64, shape, ew(Op.MUL, i64, shape, pos, const(sk, i64)),
+                   const(pk, i64))
+        behind = ew(Op.MAX, i64, shape, ew(Op.NEG, i64, shape, start), const(0, i64))
+        steps = ew(Op.FLOORDIV, i64, shape, ew(Op.ADD, i64, shape, behind, const(dk - 1, i64)),
+                   const(dk, i64))
+        first.append(ew(Op.ADD, i64, shape, start, ew(Op.MUL, i64, shape, steps, const(dk, i64))))
+    cpu = ew(Op.ADD, i64, shape, ew(Op.MUL, i64, shape, first[0], const(w, i64)), first[1])
+    low = const(-math.inf, values.dtype)
+    return (ew(Op.WHERE, values.dtype, values.shape, hit, low, values),
+            ew(Op.WHERE, i64, shape, hit, cpu, index))
 
 
 @register(aten.max_pool2d_with_indices_backward.default)
