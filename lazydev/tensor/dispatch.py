@@ -286,7 +286,7 @@ def _choose_handler(func):
         return composite_op           # e.g. aten.to/reshape: may or may not alias; decompose
     if func in _ALIASES:
         return alias_op
-    if func.is_view:
+    if func.is_view or func is _UNSAFE_VIEW:
         return view_op
     schema = func._schema
     if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
@@ -481,6 +481,9 @@ def composite_op(func, args, kwargs):
 
 
 _ALIASES = frozenset({aten.detach.default, aten.alias.default})
+# Not a view to autograd, but an alias of its input as on the CPU: kron's out= writes through
+# one of the out= tensor (as a new value, kron(a, b, out=o) left o unwritten).
+_UNSAFE_VIEW = aten._unsafe_view.default
 
 
 def alias_op(func, args, kwargs):

@@ -462,12 +462,6 @@ register(aten.tril.default)(_tri(Op.LE))
 register(aten.triu.default)(_tri(Op.GE))
 
 
-@register(aten._unsafe_view.default)
-def _unsafe_view(spec, x, size):
-    # Semantically reshape of a temporary (no alias survives): a logical reshape of its value.
-    return reshape(x, spec.shape)
-
-
 @register(aten.embedding.default)
 def _embedding(spec, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """weight[indices]: rows of a 2-d weight, the indices already checked to lie in [0, rows)
