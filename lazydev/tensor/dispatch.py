@@ -606,6 +606,8 @@ def out_op(func, args, kwargs):
     another shape (which PyTorch would resize) goes to the CPU path instead."""
     names = _out_names(func)
     outs = [kwargs.get(n) for n in names]
+    if any(isinstance(o, torch.Tensor) and not isinstance(o, WseTensor) for o in outs):
+        raise DeviceMismatch.of_cpu("the out= tensor")  # (it was written by a CPU fallback)
     kwargs_in = {k: v for k, v in kwargs.items() if k not in names}
     if func in _OUT_DTYPE_SUMS and kwargs_in.get("dtype") is None \
             and isinstance(outs[0], torch.Tensor):
