@@ -183,6 +183,26 @@ def test_truncated_entry_is_reported_and_rebuilt(tmp_path, how):
     assert os.path.getsize(victim) > 100
 
 
+def test_a_cache_that_cannot_be_written_is_still_read(fresh_cache, monkeypatch):
+    """A prebuilt cache mounted read-only: marking a hit as used (its mtime) failed with EROFS
+    and every hit was rebuilt, with a warning each."""
+    import errno
+    from lazydev import compile as lzc
+    assert _square_sum(5) == 30.0
+    lzc.clear_memory_cache()
+
+    def read_only(*_, **__):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(cache.os, "utime", read_only)
+    before = lazydev.metrics.counters()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _square_sum(5) == 30.0
+    after = lazydev.metrics.counters()
+    assert after["disk_cache_hits"] - before["disk_cache_hits"] == 1
+    assert after["compilations"] == before["compilations"]
+
+
 def test_recompile_limit_raises_on_the_third_shape(fresh_cache):
     lazydev.config(recompile_limit=2)
     try:

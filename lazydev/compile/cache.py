@@ -19,6 +19,7 @@ The directory is bounded: after a write, least-recently-used entries are evicted
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -173,7 +174,7 @@ def _load_or_build_on_disk(source: list, key: str, load, summary: dict):
     path = so_path(key)
     try:
         if os.path.exists(path) and _valid(path):
-            os.utime(path)                   # LRU: mtime is the last use
+            _touch(path)
             return _open(path, load), False
     except FileNotFoundError:               # evicted by another process meanwhile: a miss
         pass
@@ -187,6 +188,18 @@ def _load_or_build_on_disk(source: list, key: str, load, summary: dict):
         program = _build_private(source, key, load)
     _evict_after_build(size, keep=path)     # never the entry just built, if over the cap alone
     return program, True
+
+
+def _touch(path: str) -> None:
+    """LRU: an entry's mtime is its last use. A cache that cannot be written (a shared, prebuilt
+    one mounted read-only) is still read: its hits were rebuilt, one warning each."""
+    try:
+        os.utime(path)
+    except PermissionError:
+        pass
+    except OSError as e:
+        if e.errno != errno.EROFS:
+            raise
 
 
 def _record_and_publish(path: str, part: str, summary: dict) -> int:
