@@ -412,3 +412,17 @@ def test_half_precision_gelu_is_lowered_in_float_and_rounded_once(monkeypatch, d
     assert_same(aten.gelu_backward(grad.to("wse"), x.to("wse"), approximate=approximate),
                 aten.gelu_backward(grad, x, approximate=approximate))
     assert fallbacks() == {}
+
+
+@pytest.mark.parametrize("beta", [1, 0.5, 0])
+def test_addmm_family_with_alpha_zero_skips_the_product(beta):
+    """As BLAS (the CPU): alpha=0 ignores mat1 @ mat2, NaNs and all; wse gave NaN."""
+    i, nan = torch.randn(3, 5), torch.full((3, 4), float("nan"))
+    b, v = torch.randn(4, 5), torch.randn(4)
+    cases = [(torch.addmm, (i, nan, b)), (torch.addmm, (i[0], nan, b)),
+             (torch.addmv, (i[:, 0], nan, v)),
+             (torch.addbmm, (i, nan.expand(2, 3, 4), b.expand(2, 4, 5)))]
+    for f, args in cases:
+        got = f(*(a.to("wse") for a in args), beta=beta, alpha=0)
+        assert_same(got, f(*args, beta=beta, alpha=0))
+    assert fallbacks() == {}

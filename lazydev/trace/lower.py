@@ -658,56 +658,6 @@ def scatter(x: Node, dim: int, index: Node, value: Node, reduce=None, wide=False
     return Node(Op.SCATTER, x.dtype, x.shape, (x, index, value), (dim % len(x.shape), reduce))
 
 
-# ---- matmul --------------------------------------------------------------------------------------
-
-def _mm_dtype(dt):
-    if dt not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
-        raise Unsupported(f"matmul of {dt}")
-    return torch.float64 if dt == torch.float64 else torch.float32
-
-
-def matmul(a: Node, b: Node, out_dtype) -> Node:
-    ct = _mm_dtype(out_dtype)
-    a, b = cast(a, ct), cast(b, ct)
-    batch = a.shape[:-2]
-    shape = batch + (a.shape[-2], b.shape[-1])
-    return cast(Node(Op.MATMUL, ct, shape, (a, b)), out_dtype)
-
-
-@register(aten.mm.default, aten.bmm.default)
-def _mm(spec, a, b):
-    return matmul(a, b, spec.dtype)
-
-
-@register(aten.addmm.default)
-def _addmm(spec, bias, a, b, beta=1, alpha=1):
-    """A half-type addmm (nn.Linear under autocast or .half()) is rounded once, as the CPU's
-    GEMM adds the bias to the float product (C = alpha * A @ B + beta * C in float): rounding
-    the product first, then the sum, differed in a quarter of a Linear's outputs."""
-    wide = opmath(spec.dtype)
-    out = _addmm_tail(spec, matmul(a, b, wide), bias, beta, alpha, wide)
-    return cast(out, spec.dtype)
-
-
-def _addmm_tail(spec, prod, bias, beta, alpha, dt=None):
-    dt = dt or spec.dtype
-    if not (isinstance(alpha, int) and alpha == 1):
-        prod = ew(Op.MUL, dt, spec.shape, prod, as_node(alpha, dt))
-    if isinstance(beta, (int, float)) and beta == 0:
-        return prod             # as in PyTorch: beta=0 ignores bias, NaNs included
-    bias = cast(bias, dt)
-    if not (isinstance(beta, int) and beta == 1):
-        bias = ew(Op.MUL, dt, bias.shape, bias, as_node(beta, dt))
-    return ew(Op.ADD, dt, spec.shape, prod, bias)
-
-
-@register(aten.addbmm.default)
-def _addbmm(spec, bias, b1, b2, beta=1, alpha=1):
-    """beta * bias + alpha * sum over the batch of b1 @ b2."""
-    total = reduce(Op.SUM, matmul(b1, b2, spec.dtype), (0,), False, spec.dtype)
-    return _addmm_tail(spec, total, bias, beta, alpha)
-
-
 # ---- prims (they appear inside torch._decomp decompositions) ----------------------------------
 
 for _name, _op in list(_UNARY_OPS.items()):
@@ -794,3 +744,4 @@ from . import lower_nn  # noqa: E402,F401  (registers the native nn lowerings)
 from . import lower_special  # noqa: E402,F401  (registers the special-function lowerings)
 from . import lower_linalg  # noqa: E402,F401  (LAPACK-backed linear algebra)
 from . import lower_sort  # noqa: E402,F401  (sorting, selection, scatter-reduce lowerings)
+from . import lower_mm  # noqa: E402,F401  (mm, bmm, addmm, addmv, addbmm)
