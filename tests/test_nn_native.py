@@ -426,3 +426,23 @@ def test_addmm_family_with_alpha_zero_skips_the_product(beta):
         got = f(*(a.to("wse") for a in args), beta=beta, alpha=0)
         assert_same(got, f(*args, beta=beta, alpha=0))
     assert fallbacks() == {}
+
+
+def test_convolution_arguments_the_cpu_refuses_are_refused():
+    """A float32 input with a float64 weight, and a transposed convolution's output_padding
+    not below its stride or its dilation, were computed (the meta kernel checks neither)."""
+    x, x1 = torch.randn(1, 2, 5, 5), torch.randn(1, 2, 5)
+    cases = [(F.conv2d, (x, torch.randn(3, 2, 3, 3, dtype=torch.float64)), {},
+              "expected scalar type Float but found Double"),
+             (F.conv1d, (x1, torch.randn(3, 2, 3)), {"bias": torch.randn(3).double()},
+              r"bias type \(double\) should be the same"),
+             (F.conv_transpose2d, (x, torch.randn(2, 3, 3, 3)), {"output_padding": (0, 1)},
+              "output padding must be smaller"),
+             (F.conv_transpose1d, (x1, torch.randn(2, 3, 2)), {"stride": 2, "output_padding": 2},
+              "output padding must be smaller")]
+    for f, args, kw, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            f(*args, **kw)
+        with pytest.raises(RuntimeError, match=message):
+            wkw = {k: v.to("wse") if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+            f(*(a.to("wse") for a in args), **wkw).cpu()

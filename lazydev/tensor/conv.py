@@ -112,8 +112,12 @@ def _refused(x, w, bias, stride, padding, dilation, transposed, output_padding, 
     if w.dim() < 3:                 # (its first check: the rest would index missing dims)
         return True
     out_channels = w.shape[1] * groups if transposed else w.shape[0]
+    # a transposed one's output_padding must be below its stride or its dilation
+    too_wide = transposed and any(
+        o >= s and o >= d for o, s, d in zip(*(list(v) * (w.dim() - 2 if len(v) == 1 else 1)
+                                                for v in (output_padding, stride, dilation))))
     return (min(padding) < 0 or min(stride) <= 0 or min(dilation) <= 0 or groups <= 0
-            or w.shape[0] < groups or w.shape[0] % groups != 0
+            or w.shape[0] < groups or w.shape[0] % groups != 0 or too_wide
             or (bias is not None and tuple(bias.shape) != (out_channels,)))
 
 

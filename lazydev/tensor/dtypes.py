@@ -43,6 +43,7 @@ _SAME = {
     aten.grid_sampler_2d.default: ("input", "grid"),
     aten.grid_sampler_3d.default: ("input", "grid"),
     aten.binary_cross_entropy.default: ("self", "target", "weight"),
+    aten.convolution.default: ("input", "weight", "bias"),
 }
 for _bn in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
             aten._native_batch_norm_legit_no_training.default,
