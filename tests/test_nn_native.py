@@ -446,3 +446,15 @@ def test_convolution_arguments_the_cpu_refuses_are_refused():
         with pytest.raises(RuntimeError, match=message):
             wkw = {k: v.to("wse") if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
             f(*(a.to("wse") for a in args), **wkw).cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_smooth_l1_backward_is_the_cpu_kernels(dtype):
+    """The decomposition's sign() made the gradient at a NaN difference 0 (CPU: NaN), and with
+    beta=0 the gradient at a zero difference 0 (CPU: -norm * grad)."""
+    x = torch.tensor([float("nan"), 1.0, 0.5, 0.0, -2.0, 3.0, -0.25, 0.0], dtype=dtype)
+    y = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, float("nan")], dtype=dtype)
+    for beta in (0.0, 0.5, 1.0):
+        for reduction in ("none", "mean", "sum"):
+            run_both(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=beta),
+                     x.clone().requires_grad_(), y)

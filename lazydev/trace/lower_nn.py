@@ -462,6 +462,27 @@ register(aten.tril.default)(_tri(Op.LE))
 register(aten.triu.default)(_tri(Op.GE))
 
 
+@register(aten.smooth_l1_loss_backward.default)
+def _smooth_l1_backward(spec, grad, x, target, reduction, beta):
+    """ATen's CPU kernel: -norm * g where x - y <= -beta, norm * g where >= beta, else
+    norm * (x - y) * g / beta; so a NaN difference gives NaN (the decomposition's sign() gave 0)
+    and beta = 0 gives -norm * g at a zero difference. Half types: the decomposition."""
+    dt = spec.dtype
+    if dt not in (torch.float32, torch.float64):
+        raise Unsupported(f"smooth_l1_loss_backward of {dt}: left to the decomposition")
+    shape = tuple(spec.shape)
+    d = ew(Op.SUB, dt, shape, cast(x, dt), cast(target, dt))
+    norm = as_node(1.0 / math.prod(shape) if reduction == 1 and shape else 1.0, dt)
+    g = cast(grad, dt)
+    lo = ew(Op.MUL, dt, shape, ew(Op.NEG, dt, norm.shape, norm), g)
+    hi = ew(Op.MUL, dt, shape, norm, g)
+    mid = ew(Op.DIV, dt, shape, ew(Op.MUL, dt, shape, ew(Op.MUL, dt, shape, norm, d), g),
+             as_node(float(beta), dt))
+    below = ew(Op.LE, torch.bool, shape, d, as_node(-float(beta), dt))
+    above = ew(Op.GE, torch.bool, shape, d, as_node(float(beta), dt))
+    return ew(Op.WHERE, dt, shape, below, lo, ew(Op.WHERE, dt, shape, above, hi, mid))
+
+
 @register(aten.embedding.default)
 def _embedding(spec, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """weight[indices]: rows of a 2-d weight, the indices already checked to lie in [0, rows)
