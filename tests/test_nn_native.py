@@ -458,3 +458,24 @@ def test_smooth_l1_backward_is_the_cpu_kernels(dtype):
         for reduction in ("none", "mean", "sum"):
             run_both(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=beta),
                      x.clone().requires_grad_(), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_threshold_of_integers_is_exact_and_checks_its_numbers(dtype):
+    """F.threshold of an int tensor compared in float (2**24 + 1 became 2**24, INT_MAX
+    INT_MIN), and a threshold out of the dtype's range was not refused."""
+    info = torch.iinfo(dtype)
+    x = torch.tensor([info.max, info.min, 5, 0, 1, 2 ** 24 + 1 if info.bits > 16 else 3],
+                     dtype=dtype)
+    for threshold, value in ((0.5, -2.0 if info.min else 9.0), (1.5, 7), (2, 4), (-2.7, 1)):
+        try:
+            want = F.threshold(x, threshold, value)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match="without overflow"):
+                F.threshold(x.to("wse"), threshold, value).cpu()
+            assert "without overflow" in str(e)
+            continue
+        assert_same(F.threshold(x.to("wse"), threshold, value), want)
+    if info.bits < 64:
+        with pytest.raises(RuntimeError, match="without overflow"):
+            F.threshold(x.to("wse"), 2 ** 40, 0)

@@ -176,9 +176,13 @@ _CONVERTED = {
     aten.index_fill_.int_Scalar: (("self",), ("value",)),
     aten.pow.Tensor_Scalar: (("self",), ("exponent",)),
     aten.pow_.Scalar: (("self",), ("exponent",)),
-    aten.threshold.default: (("self",), ("value",)),
-    aten.threshold_.default: (("self",), ("value",)),
+    aten.threshold.default: (("self",), ("value", "threshold")),
+    aten.threshold_.default: (("self",), ("value", "threshold")),
 }
+# Numbers the CPU converts to a floating tensor's opmath type, not to its own: threshold's
+# (F.threshold(half, 1e10, 0) is accepted; of an int8 tensor, 1000 raises).
+_OPMATH_NUMBERS = frozenset({(aten.threshold.default, "threshold"),
+                             (aten.threshold_.default, "threshold")})
 _C_TYPES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
             torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
             torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double"}
@@ -238,6 +242,8 @@ def _check_numbers(func, names):
             dtype = torch.get_default_dtype()
         for p in numbers:
             v = arg(p, args, kwargs)
+            if dtype.is_floating_point and (func, names[p]) in _OPMATH_NUMBERS:
+                continue
             if type(v) in (int, float) and _overflows(v, dtype):
                 if (dtype in _UNCHECKED_ONE and func in _FILLS
                         and _fills_one(args, kwargs, names)):

@@ -139,6 +139,18 @@ def _nll_loss_backward(spec, grad, x, target, weight, reduction, ignore_index, t
     return ew(Op.WHERE, grad.dtype, x.shape, mask, _un(Op.NEG, expand(g, x.shape)), _k(0, grad))
 
 
+@register(aten.threshold.default)
+def _threshold(spec, x, threshold, value):
+    """Of integers, as ATen's kernel: the threshold and value converted to the tensor's type
+    (0.5 to 0), the comparison in integers; the decomposition compared in float, rounding
+    2**24 + 1 and turning INT_MAX into INT_MIN. Floating types: the decomposition."""
+    dt = spec.dtype
+    if dt.is_floating_point or dt is torch.bool or x.dtype is not dt:
+        raise Unsupported("threshold of a floating or bool tensor: the decomposition")
+    below = ew(Op.LE, torch.bool, spec.shape, x, as_node(threshold, dt))
+    return ew(Op.WHERE, dt, spec.shape, below, as_node(value, dt), x)
+
+
 @register(aten.threshold_backward.default)
 def _threshold_backward(spec, grad, x, threshold):
     below = ew(Op.LE, torch.bool, spec.shape, x, as_node(threshold, x.dtype))
