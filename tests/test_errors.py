@@ -255,6 +255,11 @@ _CASES = {
         x, 0, torch.tensor([[1, 0, 2]], device=d), out=x[:1]))(torch.ones(4, 3, device=d)),
     "add out= overlapping an input": lambda d: (lambda y: torch.add(y[:6], y[6:], out=y[3:9]))(
         torch.ones(12, device=d)),
+    # class targets are Long or Byte: an int32 one was taken
+    "cross_entropy int32 target": lambda d: torch.nn.functional.cross_entropy(
+        torch.ones(4, 5, device=d), torch.tensor([0, 1, 2, 3], dtype=torch.int32, device=d)),
+    "nll_loss 2d int32 target": lambda d: torch.nn.functional.nll_loss(
+        torch.ones(2, 3, 2, 2, device=d), torch.zeros(2, 2, 2, dtype=torch.int32, device=d)),
 }
 
 

@@ -55,6 +55,10 @@ def _is_bool(d) -> bool:
     return d is torch.bool
 
 
+def _not_class_index(d) -> bool:
+    return d is not torch.int64 and d is not torch.uint8
+
+
 def _not_bool(d) -> bool:
     return d is not torch.bool
 
@@ -89,6 +93,9 @@ _REFUSED = {
     aten.relu.default: (("self",), _is_bool),
     aten._cdist_forward.default: (("x1", "x2"), _not_float),
     aten.soft_margin_loss.default: (("self",), _not_float),
+    # class targets are Long or Byte (an int32 one was taken)
+    aten.nll_loss_forward.default: (("target",), _not_class_index),
+    aten.nll_loss2d_forward.default: (("target",), _not_class_index),
     aten.addcdiv.default: (("tensor1", "tensor2"), _integral),
     aten.masked_scatter.default: (("mask",), _not_bool),
     # Float-only kernels. wse computed them for integers too (gelu of a long tensor truncated
