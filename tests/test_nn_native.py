@@ -479,3 +479,13 @@ def test_threshold_of_integers_is_exact_and_checks_its_numbers(dtype):
     if info.bits < 64:
         with pytest.raises(RuntimeError, match="without overflow"):
             F.threshold(x.to("wse"), 2 ** 40, 0)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multi_margin_loss_of_an_unbatched_input(reduction):
+    """torch._decomp's forward gave reduction='none' of a 1-d input shape [1], not ATen's ():
+    backward with the CPU's gradient shape failed."""
+    run_both(lambda x: F.multi_margin_loss(x, torch.tensor(3, device=x.device),
+                                           reduction=reduction), leaf(5))
+    run_both(lambda x: F.multi_margin_loss(x, torch.tensor([3, 0], device=x.device), p=2,
+                                           reduction=reduction), leaf(2, 5))

@@ -235,11 +235,19 @@ def _adaptive_avg_pool2d(a):
                [a["grad_output"]])
 
 
+@decomposition(aten.multi_margin_loss.default)
+def _multi_margin_loss_forward(x, target, p=1, margin=1, weight=None, reduction=1):
+    """torch._decomp's, with ATen's shape: of an unbatched input, reduction='none' gives one
+    loss of shape () (the decomposition's [1] failed backward against the CPU's gradient)."""
+    out = decomposition_table[aten.multi_margin_loss.default](x, target, p, margin, weight,
+                                                             reduction)
+    return out.reshape(()) if x.dim() == 1 and reduction == 0 else out
+
+
 @rule(aten.multi_margin_loss_backward.default)
 def _multi_margin_loss(a):
     def fwd(x, target, weight):
-        return _decomp(aten.multi_margin_loss.default)(x, target, a["p"], a["margin"], weight,
-                                                        a["reduction"])
+        return _multi_margin_loss_forward(x, target, a["p"], a["margin"], weight, a["reduction"])
     return Vjp(fwd, [a["self"]], [a["target"], a["weight"]], [a["grad_output"]])
 
 
