@@ -489,3 +489,18 @@ def test_multi_margin_loss_of_an_unbatched_input(reduction):
                                            reduction=reduction), leaf(5))
     run_both(lambda x: F.multi_margin_loss(x, torch.tensor([3, 0], device=x.device), p=2,
                                            reduction=reduction), leaf(2, 5))
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_ctc_loss_of_an_unbatched_input(reduction):
+    """log_probs [T, C], 1-d targets and 0-dim lengths: a batch of one, as ATen makes it (wse
+    iterated over the 0-dim lengths and raised an unrelated size error)."""
+    lp = torch.randn(12, 6).log_softmax(1)
+    for il in (12, 9):
+        def loss(x, lengths_on=None):
+            dev = lengths_on or x.device
+            return F.ctc_loss(x, torch.tensor([1, 2, 3, 4], device=x.device),
+                              torch.tensor(il, device=dev), torch.tensor(4, device=dev),
+                              reduction=reduction)
+        run_both(loss, lp.clone().requires_grad_())
+        assert_same(loss(lp.to("wse"), "cpu"), loss(lp))

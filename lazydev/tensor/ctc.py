@@ -90,7 +90,13 @@ def _ctc_loss_tensor_lengths(log_probs, targets, input_lengths, target_lengths, 
     subclass, which divides the wse loss by the CPU target lengths for reduction="mean" and
     raised DeviceMismatch; on CUDA the lengths are read into lists first (PyTorch's own
     example keeps them on the CPU). A CPU length tensor is read here the same way; wse
-    lengths keep the composite's path, which needs no read."""
+    lengths keep the composite's path, which needs no read. Unbatched (log_probs [T, C], 0-dim
+    lengths) is a batch of one, as ATen makes it (the lengths were iterated over and failed)."""
+    if log_probs.dim() == 2:
+        loss = _ctc_loss_tensor_lengths(
+            log_probs.unsqueeze(1), targets.unsqueeze(0), input_lengths.reshape(1),
+            target_lengths.reshape(1), blank, reduction, zero_infinity)
+        return loss.squeeze(0) if reduction == 0 else loss
     if "cpu" in (input_lengths.device.type, target_lengths.device.type):
         return aten.ctc_loss.IntList(log_probs, targets, input_lengths.tolist(),
                                      target_lengths.tolist(), blank, reduction, zero_infinity)
