@@ -1,5 +1,7 @@
 """out= arguments as on the CPU: written in place (through views, with ATen's resizing), or
 refused with the CPU's errors."""
+import warnings
+
 import pytest
 import torch
 
@@ -28,3 +30,33 @@ def test_an_out_tensor_on_the_cpu_is_refused_as_by_a_device():
         with pytest.raises(RuntimeError, match="same device.*move the out= tensor"):
             f()
     assert_same(o, torch.zeros(6))
+
+
+_RESIZED = {
+    "add": lambda o, d: torch.add(torch.ones(4, device=d), 1, out=o),
+    "exp of a bigger input": lambda o, d: torch.exp(torch.zeros(6, device=d), out=o),
+    "sum": lambda o, d: torch.sum(torch.ones(2, 3, device=d), 0, out=o),
+    "arange": lambda o, d: torch.arange(5.0, out=o),
+    "arange start": lambda o, d: torch.arange(1.0, 6.0, out=o),
+    "linspace": lambda o, d: torch.linspace(0, 1, 5, out=o),
+    "full": lambda o, d: torch.full((4,), 3.0, out=o),
+}
+
+
+@pytest.mark.parametrize("name", _RESIZED)
+def test_an_out_tensor_of_another_shape_is_resized_in_place(name):
+    """ATen resizes an out= tensor of another shape over its own storage: a view stays a view of
+    its base, and other views see the values. wse gave it a storage of its own (the CPU
+    fallback's copy back, or set_ to the result), so the base never saw them."""
+    got, warned = [], []
+    for d in ("cpu", "wse"):
+        base = torch.zeros(12, device=d)
+        out, other = base[1:3], base[2:5]
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            _RESIZED[name](out, d)
+        warned.append([str(w.message).split(" (Triggered")[0] for w in seen])
+        got.append((base, out, other, out.storage_offset()))
+    lazydev.mark_step()
+    assert_same(got[1], got[0])
+    assert warned[1] == warned[0]

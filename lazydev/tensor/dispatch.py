@@ -7,6 +7,8 @@ How an op is handled is decided once per OpOverload (`_choose`) and cached in `_
 """
 from __future__ import annotations
 
+import warnings
+
 import _lazydev_node as _native
 import torch
 from torch._decomp import decomposition_table
@@ -616,8 +618,11 @@ def out_op(func, args, kwargs):
     results = result if isinstance(result, (list, tuple)) else (result,)
     if len(results) != len(outs) or any(
             not isinstance(o, WseTensor) or not isinstance(r, WseTensor)
-            or tuple(o.shape) != tuple(r.shape) for o, r in zip(outs, results)):
-        return fallback_op(func, args, kwargs, why="out= tensor of another shape or device")
+            for o, r in zip(outs, results)):
+        return fallback_op(func, args, kwargs, why="out= of another kind than its result")
+    for o, r in zip(outs, results):
+        if tuple(o.shape) != tuple(r.shape):
+            _resize_output(o, tuple(r.shape))
     if any(o.dtype is not r.dtype for o, r in zip(outs, results)):
         # Some out= kernels cast (add), others refuse another dtype (gather, amax): the CPU's
         # verdict, on its own zero tensors (an expanded out= would refuse to be written).
@@ -625,6 +630,21 @@ def out_op(func, args, kwargs):
     for o, r in zip(outs, results):
         _write_back(o, r)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _resize_output(out, shape) -> None:
+    """ATen's resize_output: an out= tensor of another shape is resized in place, over its own
+    storage (a view stays a view of its base), with a warning unless it was empty. It ran as a
+    CPU fallback, whose copy back gave the tensor a storage of its own: the base of a view, and
+    other views of it, never saw the result."""
+    if out.numel():
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
+            "This behavior is deprecated, and in a future PyTorch release outputs will not be "
+            "resized unless they have zero elements. You can explicitly reuse an out tensor t "
+            "by resizing it, inplace, to zero elements with t.resize_(0).", stacklevel=2)
+    SPECIAL[aten.resize_.default](aten.resize_.default, (out, shape), {})
 
 
 # Sums and products whose out= kernel casts the input to the out= tensor's dtype when no dtype=

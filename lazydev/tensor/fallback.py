@@ -98,11 +98,12 @@ def _copy_back(dst, src):
         if src is not dst._host:
             dst._host = src.detach()
     elif isinstance(dst, WseTensor):
-        if tuple(dst.shape) != tuple(src.shape):     # an out= tensor PyTorch resized
+        if tuple(dst.shape) != tuple(src.shape):     # an out= tensor PyTorch resized:
             from .dispatch import SPECIAL               # (dispatch imports this module)
-            SPECIAL[aten.set_.source_Tensor](None, (dst, _upload(src)), {})
-        else:
-            write_tensor(dst, _upload(src))
+            # in place, over its own storage, as there (set_ to an upload gave it a storage of
+            # its own: the base of a view, and other views of it, never saw the values)
+            SPECIAL[aten.resize_.default](aten.resize_.default, (dst, tuple(src.shape)), {})
+        write_tensor(dst, _upload(src))
 
 
 def _to_cpu_args(a):

@@ -6,6 +6,8 @@ inputs: no sync, and no recompile, since the data is an input, not a constant.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .. import log
@@ -265,7 +267,18 @@ def _arange_out(func, args, kwargs):
     start, end, step = (list(args) + [1])[:3]
     result = dispatch(aten.arange.start_step, (start, end, step),
                       {"dtype": out.dtype, "device": out.device})
-    return _set_(None, (out, result), {})
+    if out.numel() != result.numel():
+        # resized over its own storage, as ATen's arange_out (set_ to the result gave a view
+        # out= a storage of its own: its base never saw the values)
+        if out.numel():
+            warnings.warn(f"The number of elements in the out tensor of shape {list(out.shape)} "
+                          f"is {out.numel()} which does not match the computed number of "
+                          f"elements {result.numel()}. Note that this may occur as a result of "
+                          "rounding error. The out tensor will be resized to a tensor of shape "
+                          f"({result.numel()},).", stacklevel=2)
+        _resize_(aten.resize_.default, (out, tuple(result.shape)), {})
+    write_tensor(out, result)
+    return out
 
 
 @special(aten.set_.source_Tensor)
