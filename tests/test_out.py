@@ -60,3 +60,18 @@ def test_an_out_tensor_of_another_shape_is_resized_in_place(name):
     lazydev.mark_step()
     assert_same(got[1], got[0])
     assert warned[1] == warned[0]
+
+
+def test_matrix_rank_writes_its_out_tensor():
+    """Note [Composite out= by copy]: ATen's composite matrix_rank(out=) never wrote `out` of a
+    tensor subclass."""
+    torch.manual_seed(0)
+    a = torch.randn(3, 5, 5)
+    a[1, :, 0] = 0
+    for kw in ({}, {"hermitian": False}, {"atol": 0.5}, {"rtol": torch.tensor(0.1)},
+               {"tol": 0.5}):
+        want = torch.linalg.matrix_rank(a, **kw)
+        out = torch.full((3,), 7, dtype=torch.long, device="wse")
+        kw_wse = {k: v.to("wse") if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        torch.linalg.matrix_rank(a.to("wse"), **kw_wse, out=out)
+        assert_same(out, want)

@@ -57,6 +57,28 @@ def _in_float(op):
     return run
 
 
+# Note [Composite out= by copy]
+# linalg_matrix_rank's out= forms are CompositeImplicitAutograd, and for a tensor subclass ATen's
+# composite computes the functional result and never writes it into `out`: matrix_rank(a,
+# out=o) left o as it was (the CPU behaves alike under a TorchDispatchMode). Their kernels
+# before autograd compute the functional form and copy it into `out`.
+_OUT_BY_COPY = {"atol_rtol_tensor_out": "atol_rtol_tensor", "atol_rtol_float_out":
+                "atol_rtol_float", "out": "default", "out_tol_tensor": "tol_tensor"}
+
+
+def _by_copy(functional):
+    def run(*args, out, **kwargs):
+        result = functional(*args, **kwargs)
+        if out.shape != result.shape:
+            out.resize_(result.shape)
+        return out.copy_(result)
+    return run
+
+
 def register_composites(lib) -> None:
     for name in ("silu_backward", "mish_backward"):
         lib.impl(name, _in_float(getattr(torch.ops.aten, name).default), "AutogradPrivateUse1")
+    rank = torch.ops.aten.linalg_matrix_rank
+    for out_form, functional in _OUT_BY_COPY.items():
+        lib.impl(f"linalg_matrix_rank.{out_form}", _by_copy(getattr(rank, functional)),
+                 "AutogradPrivateUse1")
