@@ -398,3 +398,14 @@ def test_a_nested_tensor_of_wse_tensors_says_it_is_not_supported(layout):
     with pytest.raises(NotImplementedError, match="nested tensors are not supported on wse"):
         torch.nested.nested_tensor([x[0, :2], x[1, :4]], layout=layout)
     torch.testing.assert_close((x * 2).cpu(), x.cpu() * 2)
+
+
+def test_a_random_draw_the_host_has_no_memory_for_leaves_the_next_sync_whole():
+    """torch.rand(2**37, device='wse') fails on the host; its tensor, made by empty and held by
+    the exception's frames, stayed pending, and the next sync of unrelated values ran out of
+    device memory computing its zeros."""
+    with pytest.raises(RuntimeError, match="allocate") as failed:
+        torch.rand(2 ** 37, device="wse")
+    y = torch.arange(3.0).to("wse") * 2
+    assert y.tolist() == [0.0, 2.0, 4.0]
+    del failed

@@ -152,11 +152,25 @@ def _random(draw):
     """In-place random op: draw on the CPU into a fresh tensor and write it."""
     def handler(func, args, kwargs):
         t = args[0]
-        cpu = torch.empty(t.shape, dtype=t.dtype, device="cpu")
-        draw(cpu, *args[1:], **kwargs)
+        try:
+            cpu = torch.empty(t.shape, dtype=t.dtype, device="cpu")
+            draw(cpu, *args[1:], **kwargs)
+        except Exception as e:
+            _unmade(t, e)
+            raise
         write_tensor(t, _upload(cpu))
         return t
     return handler
+
+
+def _unmade(t, error) -> None:
+    """A draw failed (the host had no memory for torch.rand(2**37, device="wse")) into a tensor
+    `empty` made just now: it is dropped from the trace. Pending, it stayed in it while an
+    exception's frames held it, and the next sync, of unrelated values, ran out of memory
+    computing its zeros and failed."""
+    st = t._st
+    if st.buf is None and st.version <= 1 and st.node is not None:
+        st.node, st.error = None, f"{type(error).__name__}: {error}"
 
 
 SPECIAL[aten.normal_.default] = _random(lambda c, *a, **k: c.normal_(*a, **k))
