@@ -75,3 +75,19 @@ def test_matrix_rank_writes_its_out_tensor():
         kw_wse = {k: v.to("wse") if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
         torch.linalg.matrix_rank(a.to("wse"), **kw_wse, out=out)
         assert_same(out, want)
+
+
+def test_matmul_out_of_every_broadcasting_form():
+    """Note [Composite out= by copy]: matmul(3-D, 2-D, out=o) raised an overlap error (ATen's
+    composite copied a reshape of o into o with the reshape's shape)."""
+    torch.manual_seed(0)
+    shapes = [((2, 3, 4), (4, 5)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+              ((3, 4), (4, 5)), ((4,), (4,)), ((3, 4), (4,))]
+    for sa, sb in shapes:
+        a, b = torch.randn(sa), torch.randn(sb)
+        want = torch.matmul(a, b)
+        base = torch.zeros(want.numel() + 3, device="wse")
+        out = base[3:].view(want.shape)
+        torch.matmul(a.to("wse"), b.to("wse"), out=out)
+        assert_same(out, want)
+        assert_same(base[3:], want.reshape(-1))

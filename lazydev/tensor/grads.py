@@ -60,14 +60,21 @@ def _in_float(op):
 # Note [Composite out= by copy]
 # linalg_matrix_rank's out= forms are CompositeImplicitAutograd, and for a tensor subclass ATen's
 # composite computes the functional result and never writes it into `out`: matrix_rank(a,
-# out=o) left o as it was (the CPU behaves alike under a TorchDispatchMode). Their kernels
-# before autograd compute the functional form and copy it into `out`.
+# out=o) left o as it was (the CPU behaves alike under a TorchDispatchMode). matmul's out= form
+# writes a reshape of `out` and, as a subclass's reshape is no alias to is_alias_of, copies it
+# into `out` with its own shape, (6, 5) into (2, 3, 5), which the overlap check refused. Their
+# kernels before autograd compute the functional form and copy it into `out`.
 _OUT_BY_COPY = {"atol_rtol_tensor_out": "atol_rtol_tensor", "atol_rtol_float_out":
                 "atol_rtol_float", "out": "default", "out_tol_tensor": "tol_tensor"}
 
 
 def _by_copy(functional):
     def run(*args, out, **kwargs):
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                           for t in (out, *args)):
+            raise RuntimeError(f"{functional.__name__.split('.')[0]}(): functions with out=... "
+                               "arguments don't support automatic differentiation, but one of "
+                               "the arguments requires grad.")
         result = functional(*args, **kwargs)
         if out.shape != result.shape:
             out.resize_(result.shape)
@@ -82,3 +89,4 @@ def register_composites(lib) -> None:
     for out_form, functional in _OUT_BY_COPY.items():
         lib.impl(f"linalg_matrix_rank.{out_form}", _by_copy(getattr(rank, functional)),
                  "AutogradPrivateUse1")
+    lib.impl("matmul.out", _by_copy(torch.ops.aten.matmul.default), "AutogradPrivateUse1")
