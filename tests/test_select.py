@@ -69,6 +69,19 @@ def test_set_to_a_larger_tensor():
     assert_same(w, src + 1)
 
 
+def test_set_to_a_tensor_with_a_geometry():
+    """t.set_(source_tensor, offset, size, stride) raised 'a wse storage holds no values' (ATen's
+    composite passes source's storage on): t is a strided view of source's storage."""
+    got = []
+    for d in ("cpu", "wse"):
+        y, x = torch.arange(10.0).to(d), torch.empty(0, device=d)
+        x.set_(y, 2, (2, 3), (1, 2))
+        x.add_(100)
+        z = torch.empty(0, device=d).set_(y, 4, (2, 2))
+        got.append((x, y, z, x.stride(), x.storage_offset()))
+    assert_same(got[1], got[0])
+
+
 def test_addbmm_inplace_resizes_a_one_element_self():
     b1, b2 = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
     for shape in ((1,), ()):

@@ -90,3 +90,13 @@ def register_composites(lib) -> None:
         lib.impl(f"linalg_matrix_rank.{out_form}", _by_copy(getattr(rank, functional)),
                  "AutogradPrivateUse1")
     lib.impl("matmul.out", _by_copy(torch.ops.aten.matmul.default), "AutogradPrivateUse1")
+    lib.impl("set_.source_Tensor_storage_offset", _set_with_geometry, "AutogradPrivateUse1")
+
+
+def _set_with_geometry(self, source, storage_offset, size, stride=()):
+    """t.set_(source_tensor, offset, size, stride): ATen's composite passes source's storage on,
+    and a wse storage is no CPU storage ('a wse storage holds no values'): the tensor shares
+    source's storage, then takes the geometry asked for (bounds checked, as_strided_)."""
+    self.set_(source)
+    stride = tuple(stride) if len(stride) else torch.empty(size, device="meta").stride()
+    return self.as_strided_(size, stride, storage_offset)
