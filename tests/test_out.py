@@ -91,3 +91,11 @@ def test_matmul_out_of_every_broadcasting_form():
         torch.matmul(a.to("wse"), b.to("wse"), out=out)
         assert_same(out, want)
         assert_same(base[3:], want.reshape(-1))
+
+
+def test_a_meta_tensor_among_wse_ones_is_named():
+    """wse_t + meta_t said the other tensor was on the CPU, and to move it."""
+    x, m = torch.ones(3, device="wse"), torch.ones(3, device="meta")
+    for f in (lambda: x + m, lambda: torch.cat([x, m]), lambda: x @ m):
+        with pytest.raises(RuntimeError, match=r"devices, wse:0 and meta!$"):
+            f()

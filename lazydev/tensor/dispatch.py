@@ -37,10 +37,12 @@ SPECIAL: dict = {}      # filled by tensor/special.py
 
 class DeviceMismatch(RuntimeError):
     @classmethod
-    def of_cpu(cls, what: str = "the CPU tensor") -> "DeviceMismatch":
-        """The CPU's message for a CPU tensor among wse ones, with the way out."""
+    def of_cpu(cls, what: str = "the CPU tensor", device="cpu") -> "DeviceMismatch":
+        """PyTorch's message for a tensor of another device (the CPU's, with the way out)
+        among wse ones."""
+        hint = f" (move {what} with .to('wse'))" if str(device) == "cpu" else ""
         return cls("Expected all tensors to be on the same device, but found at least two "
-                   f"devices, wse:0 and cpu! (move {what} with .to('wse'))")
+                   f"devices, wse:0 and {device}!{hint}")
 
 
 def dispatch(func, args, kwargs, handler=None):
@@ -358,6 +360,8 @@ def _node_args(a, allow_cpu=False):
             raise _ComplexArg
         return value(a)
     if isinstance(a, torch.Tensor):
+        if a.device.type != "cpu":          # (a meta tensor: the message named the CPU)
+            raise DeviceMismatch.of_cpu(device=a.device)
         if a.dtype not in _COMPILED:
             raise _ComplexArg
         if a.dim() == 0 and a.dtype.is_floating_point:
@@ -366,7 +370,7 @@ def _node_args(a, allow_cpu=False):
             if a.dim() == 0 and a.dtype != torch.int64:
                 return build.const(a.item(), a.dtype)
             return value(_upload(a))
-        raise DeviceMismatch.of_cpu()
+        raise DeviceMismatch.of_cpu(device=a.device)
     if isinstance(a, (list, tuple)):
         return type(a)(_node_args(x, allow_cpu) for x in a)
     return a
