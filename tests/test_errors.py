@@ -255,6 +255,17 @@ _CASES = {
         x, 0, torch.tensor([[1, 0, 2]], device=d), out=x[:1]))(torch.ones(4, 3, device=d)),
     "add out= overlapping an input": lambda d: (lambda y: torch.add(y[:6], y[6:], out=y[3:9]))(
         torch.ones(12, device=d)),
+    # memory formats and strides the CPU refuses (wse's results are row-major, but these were
+    # taken)
+    "empty 3-d channels_last": lambda d: torch.empty(3, 2, 2, memory_format=torch.channels_last,
+                                                     device=d),
+    "empty preserve_format": lambda d: torch.empty(3, 2, memory_format=torch.preserve_format,
+                                                   device=d),
+    "3-d to channels_last": lambda d: torch.ones(3, 2, 2, device=d).to(
+        memory_format=torch.channels_last),
+    "zeros_like 3-d channels_last": lambda d: torch.zeros_like(
+        torch.ones(3, 2, 2, device=d), memory_format=torch.channels_last),
+    "empty_strided negative stride": lambda d: torch.empty_strided((2, 3), (-1, 2), device=d),
     # class targets are Long or Byte: an int32 one was taken
     "cross_entropy int32 target": lambda d: torch.nn.functional.cross_entropy(
         torch.ones(4, 5, device=d), torch.tensor([0, 1, 2, 3], dtype=torch.int32, device=d)),

@@ -172,7 +172,20 @@ def empty_tensor(size, dtype):
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
                          memory_format=None):
     check_index(device)
+    check_format(memory_format, size, "empty")
     return empty_tensor(size, dtype)
+
+
+def check_format(memory_format, size, op: str) -> None:
+    """The CPU's checks of a memory format (channels_last of a 3-d size; preserve_format for an
+    empty tensor): wse's results are row-major whatever the format (README), but an invalid
+    format is refused as there."""
+    if memory_format is None or memory_format is torch.contiguous_format:
+        return
+    if memory_format is not torch.preserve_format:
+        torch.empty(size, memory_format=memory_format, device="meta")
+    elif op == "empty":
+        raise RuntimeError("unsupported memory format Preserve")
 
 
 @state.recorder
@@ -182,6 +195,8 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     # of the extent they ask for (under the row-major tensor), as the CPU's: as_strided(size,
     # stride) of the result, which code that asked for them may take, stays in bounds.
     check_index(device)
+    if any(st < 0 for st in stride):            # the CPU's error (allocating nothing)
+        torch.empty_strided(size, stride, dtype=dtype, device="cpu")
     need = build.extent(size, stride, 0)
     if need <= _numel(size):
         return empty_tensor(size, dtype)

@@ -21,7 +21,7 @@ from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
 from ..trace.lower_linalg import DECOMPOSITIONS
 from . import dtypes, foreach, guards, overlap, replay
-from .device import check_index
+from .device import check_format, check_index
 from .fallback import _mutated_positions, _out_names, _to_cpu_args, _upload, fallback_op
 from .overlap import arg_at
 from .wse_tensor import (ComplexValue, WseTensor, bitcasts, check_in_bounds, from_node, restride,
@@ -234,6 +234,8 @@ def _one_device(handler, op):
         if movable and device is not None and torch.device(device).type != "wse":
             return _made_elsewhere(func, args, dict(kwargs, device=device))
         check_index(device)
+        if "memory_format" in kwargs and isinstance(args[0], torch.Tensor):
+            check_format(kwargs["memory_format"], args[0].shape, "like")
         return handler(func, args, kwargs)
     return run
 
