@@ -504,3 +504,14 @@ def test_ctc_loss_of_an_unbatched_input(reduction):
                               reduction=reduction)
         run_both(loss, lp.clone().requires_grad_())
         assert_same(loss(lp.to("wse"), "cpu"), loss(lp))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_logit_of_half_types_rounds_as_the_cpu(dtype):
+    """ATen's kernel clamps to eps and 1 - eps rounded to the dtype (logit(1.0, eps=1e-6) is inf
+    in half; wse gave 13.8) and rounds 1 - x and the odds to it."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.rand(2000), torch.tensor([0.0, 1.0, -0.5, 1.5, float("nan"), 0.9999])])
+    x = x.to(dtype)
+    for eps in (None, 0.0, 1e-6, 1e-3, 0.25):
+        assert_same(torch.logit(x.to("wse"), eps), torch.logit(x, eps))
