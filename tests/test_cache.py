@@ -203,6 +203,15 @@ def test_a_cache_that_cannot_be_written_is_still_read(fresh_cache, monkeypatch):
     assert after["compilations"] == before["compilations"]
 
 
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    """A publish that failed (the target a directory) left its temporary file in the cache,
+    where eviction, which counts .so files, never removed it."""
+    (tmp_path / "entry.json").mkdir()
+    with pytest.raises(OSError):
+        cache.write_atomic(str(tmp_path / "entry.json"), b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.json"]
+
+
 def test_recompile_limit_raises_on_the_third_shape(fresh_cache):
     lazydev.config(recompile_limit=2)
     try:

@@ -19,6 +19,7 @@ The directory is bounded: after a write, least-recently-used entries are evicted
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -76,9 +77,16 @@ def file_sha(path: str) -> str:
 
 def write_atomic(path: str, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        # (a failed publish, the path a directory, left the temporary file for good: the
+        # cache's eviction counts .so files only)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _json_object(path: str) -> dict | None:
