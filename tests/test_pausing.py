@@ -66,6 +66,16 @@ def test_a_run_stops_before_the_call_it_is_told_to_and_goes_on_from_there(cdir):
     assert x.to_tensor(torch.float32, (1,)).item() == 11.0
 
 
+def test_a_run_interrupted_before_it_started_is_not_taken_for_finished(cdir):
+    """A Ctrl-C as the first resume was entered (before it marked the run as going) made
+    interrupted() read the zeroed return code: the run counted as finished, outputs unwritten."""
+    prog = _long_call_program(cdir, "never")
+    x = Buffer.from_tensor(torch.tensor([0.0]))
+    run = prog.start([x, Buffer(64)], [])
+    assert run.interrupted() is False and run.position() == (0, 0)
+    assert run.resume() is True and x.to_tensor(torch.float32, (1,)).item() == 11.0
+
+
 def test_a_worker_limit_stops_before_a_call_whose_last_run_was_long(cdir):
     """stop[1] (csrc/wse_prefix.h): a run with a limit pauses before any call whose last run
     took longer, and one without runs on from there."""

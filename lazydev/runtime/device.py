@@ -499,6 +499,9 @@ class Run:
         # pause flag, long-call limit, sliced GEMM progress, call to stop before, budget for
         # long calls (wse_prefix.h), and the last wse_program_run's return code
         self._stop = ffi.new("int32_t[6]")
+        # Never started counts as paused: a Ctrl-C as the first resume was entered, before it
+        # set this, made interrupted() read 0 and take the run for finished (outputs unwritten)
+        self._stop[5] = PAUSED
 
     def pause(self) -> None:
         """Ask the thread running it to stop before its next kernel call, or its GEMM's next

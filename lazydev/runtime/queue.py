@@ -343,13 +343,14 @@ class ExecQueue:
         # (torch.get_num_threads) cost 20-25 us of the host's time between two runs.
         holds_team = host and getattr(job, "forks", True) and owns_team()   # Note [Team hold]
         t0 = time.perf_counter()
-        finished = True
-        interrupt = hold.release() if hold is not None else None
+        finished, interrupt = True, None
         if self._failed:
             ticket.error = Cancelled("cancelled: an earlier wse program in the queue failed")
+            interrupt = hold.release() if hold is not None else None
         else:
             try:
                 try:
+                    interrupt = hold.release() if hold is not None else None
                     finished = job.resume(unpause, limit_us, until, budget_us)
                 except KeyboardInterrupt as e:
                     # Ctrl-C on the host, raised as the run returned: not the program's
