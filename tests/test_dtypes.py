@@ -511,3 +511,14 @@ def test_ops_follow_the_default_dtype_after_it_changes():
                 assert_same(got, f(ints))
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+def test_rounded_division_converts_an_int_tensor_to_the_half_result_first():
+    """floor_divide and div(rounding_mode='floor') of an int tensor by a half one: the CPU
+    converts the ints to half first (100000 is inf there); wse divided the exact ints."""
+    a = torch.tensor([100000, -2 ** 31, 70000, 5, 7], dtype=torch.int32)
+    b = torch.tensor([3.0, float("inf"), 1.0, 2.0, -0.5], dtype=torch.float16)
+    for f in (torch.floor_divide, lambda x, y: torch.div(x, y, rounding_mode="floor"),
+              lambda x, y: torch.div(x, y, rounding_mode="trunc"), torch.remainder):
+        for x, y in ((a, b), (b, a)):
+            assert_same(f(x.to("wse"), y.to("wse")), f(x, y))

@@ -279,8 +279,10 @@ def _div_mode(spec, a, b, rounding_mode=None):
         return ew(Op.TRUNCDIV if trunc else Op.FLOORDIV, dt, spec.shape, x, y)
     # ATen, for the half types: a floor division in float, a truncating one of the quotient
     # rounded to them; by a scalar (as given) both in float.
+    # A tensor operand is converted to the result dtype first, as TensorIterator does (an int32
+    # 100000 is inf in half; converted straight to float it divided finitely).
     wide = opmath(dt) if not trunc or _scalar_like(b) else dt
-    x, y = as_node(a, wide), as_node(b, wide)
+    x, y = (as_node(cast(v, dt) if isinstance(v, Node) else v, wide) for v in (a, b))
     q = ew(Op.DIV if trunc else Op.FLOORDIV, wide, spec.shape, x, y)
     return cast(Node(Op.TRUNC, wide, spec.shape, (q,)) if trunc else q, dt)
 
