@@ -515,3 +515,20 @@ def test_logit_of_half_types_rounds_as_the_cpu(dtype):
     x = x.to(dtype)
     for eps in (None, 0.0, 1e-6, 1e-3, 0.25):
         assert_same(torch.logit(x.to("wse"), eps), torch.logit(x, eps))
+
+
+def test_max_pool3d_and_adaptive_max_pool_pick_as_the_cpu():
+    """torch._decomp's max_pool3d let a padding position win a window of -inf (a negative
+    index; backward raised), and it and the adaptive max pools took a window's first NaN where
+    the CPU takes the last."""
+    x = torch.full((1, 1, 3, 3, 3), float("-inf"))
+    run_both(lambda t: F.max_pool3d(t, 2, 2, 1, return_indices=True), x.requires_grad_())
+    torch.manual_seed(0)
+    y = torch.randn(2, 2, 5, 4, 6)
+    y[0, 0, 1, 1, 1] = y[0, 0, 1, 1, 2] = y[1, 1, 4, 3, 5] = float("nan")
+    for f in (lambda t: F.max_pool3d(t, (2, 3, 2), (1, 2, 2), (1, 1, 0), (1, 1, 2), True,
+                                     return_indices=True),
+              lambda t: F.adaptive_max_pool3d(t, (2, 3, 4), return_indices=True),
+              lambda t: F.adaptive_max_pool2d(t[:, :, 1], (3, 4), return_indices=True),
+              lambda t: F.adaptive_max_pool1d(t[:, :, 1, 1], 4, return_indices=True)):
+        assert_same(f(y.to("wse")), f(y))

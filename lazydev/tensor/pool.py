@@ -114,14 +114,23 @@ def _adaptive_windows(size: int, out: int, device):
 
 
 def _adaptive_gather(x, output_size):
-    """(values [..., O1..On, K], valid [O1..On, K], flat input index [O1..On, K]) over the
-    adaptive windows of the last n dims, K the product of the window extents."""
+    """(values [..., O1..On, K], valid [O1..On, K], flat input index [O1..On, K], window
+    lengths) over the adaptive windows of the last n dims, K the product of the extents."""
     n = len(output_size)
     size = x.shape[-n:]
     wins = [_adaptive_windows(size[d], output_size[d], x.device) for d in range(n)]
+    return (*_gather_windows(x, output_size, [(i, v) for i, v, _ in wins]),
+            [w[2] for w in wins])
+
+
+def _gather_windows(x, output_size, wins):
+    """(values [..., O1..On, K], valid [O1..On, K], flat input index [O1..On, K]) of windows
+    given per dim d as (input index [Od, Kd] clamped into range, inside the input [Od, Kd])."""
+    n = len(output_size)
+    size = x.shape[-n:]
     idx, valid, flat = [], None, None
     stride = math.prod(size)
-    for d, (i, v, _) in enumerate(wins):
+    for d, (i, v) in enumerate(wins):
         stride //= size[d]
         # dims (O1, K1, O2, K2, ...): window d occupies positions 2d, 2d+1
         shape = [1] * (2 * d) + list(i.shape) + [1] * (2 * (n - 1 - d))
@@ -141,7 +150,22 @@ def _adaptive_gather(x, output_size):
                       for d in range(2 * n)])
         return t.permute([2 * d for d in range(n)] + [2 * d + 1 for d in range(n)]) \
             .reshape(list(output_size) + [window])
-    return vals, spatial(valid), spatial(flat), [w[2] for w in wins]
+    return vals, spatial(valid), spatial(flat)
+
+
+def _max_of_windows(vals, valid, flat):
+    """(maximum, flat input index) of each window as ATen's CPU kernels pick them: the first
+    maximum among the positions inside the input (the first of them when all are -inf), and
+    the last NaN where there is one. (argmax over the windows gave the first NaN, and over
+    padding read as -inf a padding position.)"""
+    masked = torch.where(valid, vals, float("-inf"))
+    top = masked.amax(-1, keepdim=True)
+    first = ((masked == top) & valid).to(torch.uint8).argmax(-1, keepdim=True)
+    slot = torch.arange(vals.shape[-1], device=vals.device)
+    last_nan = torch.where(vals.isnan() & valid, slot, -1).amax(-1, keepdim=True)
+    arg = torch.where(last_nan >= 0, last_nan, first)
+    index = torch.gather(flat.expand(vals.shape), -1, arg).squeeze(-1)
+    return torch.gather(masked, -1, arg).squeeze(-1), index
 
 
 @decomposition(aten._adaptive_avg_pool3d.default)
@@ -165,15 +189,35 @@ def _adaptive_max_pool(n: int):
             shape = list(x.shape[:-n]) + output_size
             return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
         vals, valid, flat, _ = _adaptive_gather(x, output_size)
-        vals = torch.where(valid, vals, float("-inf"))
-        arg = vals.argmax(-1, keepdim=True)
-        index = torch.gather(flat.expand(vals.shape), -1, arg).squeeze(-1)
-        return vals.amax(-1), index
+        return _max_of_windows(vals, valid, flat)
     return adaptive_max_pool
 
 
 decomposition(aten.adaptive_max_pool2d.default)(_adaptive_max_pool(2))
 decomposition(aten.adaptive_max_pool3d.default)(_adaptive_max_pool(3))
+
+
+def _pooled_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """ATen's pooling_output_shape."""
+    span = size + 2 * p - d * (k - 1) - 1 + ((s - 1) if ceil_mode else 0)
+    out = span // s + 1
+    return out - 1 if ceil_mode and (out - 1) * s >= size + p else out
+
+
+@decomposition(aten.max_pool3d_with_indices.default)
+def _max_pool3d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """As ATen's CPU kernel picks (_max_of_windows): torch._decomp's form let a padding position
+    win a window of -inf (a negative index; backward raised) and took the first NaN."""
+    k = _ntuple(kernel_size, 3)
+    s, p, d = _ntuple(stride, 3, k), _ntuple(padding, 3, [0]), _ntuple(dilation, 3, [1])
+    size = x.shape[-3:]
+    out = [_pooled_size(size[i], k[i], s[i], p[i], d[i], ceil_mode) for i in range(3)]
+    wins = []
+    for i in range(3):
+        pos = (torch.arange(out[i], device=x.device) * s[i] - p[i]).unsqueeze(1) + \
+            torch.arange(k[i], device=x.device) * d[i]
+        wins.append((pos.clamp(0, size[i] - 1), (pos >= 0) & (pos < size[i])))
+    return _max_of_windows(*_gather_windows(x, out, wins))
 
 
 # ---- fractional max pooling -------------------------------------------------------------------
