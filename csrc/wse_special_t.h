@@ -3698,6 +3698,25 @@ WSE_SP_FN T SP(ldexp)(T x, int64_t e) {
 #endif
 }
 
+/* nextafter of float16/bfloat16 values (held in T): c10's, on their 16 bits (musl's algorithm).
+ * In float, the step was a float's, and rounding back to the half type undid it. */
+static inline uint16_t SP(next16)(uint16_t a, uint16_t b) {
+  const uint16_t sign = 0x8000u, abs_a = a & 0x7FFFu, abs_b = b & 0x7FFFu;
+  if (a == b) return a;
+  if (abs_a == 0) return abs_b == 0 ? b : (uint16_t)((b & sign) | 1u);
+  return (abs_a > abs_b || ((a ^ b) & sign)) ? (uint16_t)(a - 1u) : (uint16_t)(a + 1u);
+}
+
+WSE_SP_FN T SP(nextafter_f16)(T x, T y) {
+  if (x != x || y != y) return x + y;
+  return wse_f16_to_f32(SP(next16)(wse_f32_to_f16((float)x), wse_f32_to_f16((float)y)));
+}
+
+WSE_SP_FN T SP(nextafter_bf16)(T x, T y) {
+  if (x != x || y != y) return x + y;
+  return wse_bf16_to_f32(SP(next16)(wse_f32_to_bf16((float)x), wse_f32_to_bf16((float)y)));
+}
+
 /* logcumsumexp's step, PyTorch's _log_add_exp_helper (ReduceOpsKernel.cpp): std::min/max keep
  * their first argument when the other is NaN, and equal infinities must not give NaN. */
 WSE_SP_FN T SP(log_add_exp)(T x, T y) {

@@ -118,3 +118,21 @@ def test_dtype_without_cpu_kernel_raises_like_cpu():
         torch.special.bessel_j0(x)
     with pytest.raises(RuntimeError, match="not implemented for 'Half'"):
         torch.special.bessel_j0(x.to("wse")).cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_nextafter_steps_in_the_tensors_own_type(dtype):
+    """nextafter of the half types stepped in float, and rounding back undid the step:
+    nextafter(1, 2) gave 1, nextafter(-inf, 0) -inf."""
+    bits = torch.arange(-2 ** 15, 2 ** 15, 97, dtype=torch.int32).to(torch.int16)
+    special = [0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf"), float("nan"), 1e-45, 65504.0]
+    x = torch.cat([bits.view(dtype) if dtype.itemsize == 2 else torch.randn(600, dtype=dtype),
+                   torch.tensor(special, dtype=dtype)])
+    for to in (torch.zeros_like(x), x.flip(0), torch.full_like(x, float("inf")),
+               torch.full_like(x, -0.0), torch.full_like(x, float("nan"))):
+        assert_same(torch.nextafter(x.to("wse"), to.to("wse")), torch.nextafter(x, to))
+    ints = torch.tensor([1, -3, 0, 7])
+    if dtype.itemsize == 2:     # an int tensor with a half one: converted to the half type
+        y = torch.tensor([2.0, -4.0, -1.0, 7.0], dtype=dtype)
+        assert_same(torch.nextafter(ints.to("wse").to(dtype), y.to("wse")),
+                    torch.nextafter(ints.to(dtype), y))

@@ -132,6 +132,18 @@ def _ldexp(spec, x, other):
                    cast(e, torch.int64))
 
 
+@register(aten.nextafter.default)
+def _nextafter(spec, a, b):
+    """Of float16/bfloat16 on their own bits, as c10's (in float, the step was a float's and
+    rounding back undid it: nextafter(1, 2) gave 1); float32/64 by C's nextafter."""
+    dt = spec.dtype
+    x, y = (cast(as_node(v, dt), dt) for v in (a, b))
+    if dt in _HALVES:
+        name = "nextafter_f16" if dt is torch.float16 else "nextafter_bf16"
+        return special(name, dt, spec.shape, x, y)
+    return ew(Op.NEXTAFTER, dt, spec.shape, x, y)
+
+
 def _fmaxmin(op: Op):
     """fmax/fmin: the maximum/minimum ignoring a NaN operand (NaN only when both are)."""
     def lower(spec, a, b):
