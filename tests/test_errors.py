@@ -266,6 +266,10 @@ _CASES = {
     "zeros_like 3-d channels_last": lambda d: torch.zeros_like(
         torch.ones(3, 2, 2, device=d), memory_format=torch.channels_last),
     "empty_strided negative stride": lambda d: torch.empty_strided((2, 3), (-1, 2), device=d),
+    # an empty batch: wse failed reshaping it
+    "ctc_loss of an empty batch": lambda d: torch.nn.functional.ctc_loss(
+        torch.zeros(5, 0, 4, device=d), torch.zeros(0, 3, dtype=torch.long, device=d),
+        torch.zeros(0, dtype=torch.long, device=d), torch.zeros(0, dtype=torch.long, device=d)),
     # class targets are Long or Byte: an int32 one was taken
     "cross_entropy int32 target": lambda d: torch.nn.functional.cross_entropy(
         torch.ones(4, 5, device=d), torch.tensor([0, 1, 2, 3], dtype=torch.int32, device=d)),

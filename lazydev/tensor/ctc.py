@@ -92,6 +92,8 @@ def _ctc_loss_tensor_lengths(log_probs, targets, input_lengths, target_lengths, 
     example keeps them on the CPU). A CPU length tensor is read here the same way; wse
     lengths keep the composite's path, which needs no read. Unbatched (log_probs [T, C], 0-dim
     lengths) is a batch of one, as ATen makes it (the lengths were iterated over and failed)."""
+    if log_probs.numel() == 0:      # the CPU's check (wse failed reshaping the empty batch)
+        raise RuntimeError("log_probs tensor must not be empty")
     if log_probs.dim() == 2:
         loss = _ctc_loss_tensor_lengths(
             log_probs.unsqueeze(1), targets.unsqueeze(0), input_lengths.reshape(1),
