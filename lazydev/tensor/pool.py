@@ -25,9 +25,9 @@ def _ntuple(v, n: int, default=None) -> list:
     return v * n if len(v) == 1 else v
 
 
-def _out_size(size, k, s, p, ceil_mode) -> int:
-    """pooling_output_shape of ATen (dilation 1)."""
-    span = size + 2 * p - k + ((s - 1) if ceil_mode else 0)
+def _out_size(size, k, s, p, ceil_mode, d=1) -> int:
+    """pooling_output_shape of ATen."""
+    span = size + 2 * p - d * (k - 1) - 1 + ((s - 1) if ceil_mode else 0)
     out = span // s + 1
     if ceil_mode and (out - 1) * s >= size + p:
         out -= 1
@@ -197,13 +197,6 @@ decomposition(aten.adaptive_max_pool2d.default)(_adaptive_max_pool(2))
 decomposition(aten.adaptive_max_pool3d.default)(_adaptive_max_pool(3))
 
 
-def _pooled_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
-    """ATen's pooling_output_shape."""
-    span = size + 2 * p - d * (k - 1) - 1 + ((s - 1) if ceil_mode else 0)
-    out = span // s + 1
-    return out - 1 if ceil_mode and (out - 1) * s >= size + p else out
-
-
 @decomposition(aten.max_pool3d_with_indices.default)
 def _max_pool3d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     """As ATen's CPU kernel picks (_max_of_windows): torch._decomp's form let a padding position
@@ -211,7 +204,7 @@ def _max_pool3d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=Fals
     k = _ntuple(kernel_size, 3)
     s, p, d = _ntuple(stride, 3, k), _ntuple(padding, 3, [0]), _ntuple(dilation, 3, [1])
     size = x.shape[-3:]
-    out = [_pooled_size(size[i], k[i], s[i], p[i], d[i], ceil_mode) for i in range(3)]
+    out = [_out_size(size[i], k[i], s[i], p[i], ceil_mode, d[i]) for i in range(3)]
     wins = []
     for i in range(3):
         pos = (torch.arange(out[i], device=x.device) * s[i] - p[i]).unsqueeze(1) + \
