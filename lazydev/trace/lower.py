@@ -203,8 +203,7 @@ _BINARY_OPS = {
     "bitwise_and": Op.BITAND, "bitwise_or": Op.BITOR, "bitwise_xor": Op.BITXOR,
     "remainder": Op.MOD, "fmod": Op.FMOD, "hypot": Op.HYPOT,
     "copysign": Op.COPYSIGN, "bitwise_left_shift": Op.SHL, "bitwise_right_shift": Op.SHR,
-    "nextafter": Op.NEXTAFTER,
-}
+}   # (nextafter: lower_special.py, which steps the half types on their own bits)
 for _name, _op in _BINARY_OPS.items():
     # Scalar_Tensor (remainder(1e5, x)): decomposed, the number was not rounded to x's half type
     # as ATen rounds it (1e5 % half is NaN, an infinity's remainder; wse gave numbers)
