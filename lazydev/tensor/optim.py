@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 
 from ..trace import state
-from ..trace.build import HALF, broadcast_shape, cast, contiguous_strides, opmath, reshape
+from ..trace.build import (HALF, SCALAR_TYPE, broadcast_shape, cast, contiguous_strides, opmath,
+                           reshape)
 from ..trace.checks import element
 from ..trace.ir import Node
 from ..trace.lower import LOWERINGS
@@ -59,10 +60,6 @@ class _Updates:
         torch._C._autograd._unsafe_set_version_counter(self.dsts, versions)
 
 
-_SCALAR_TYPE = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-                torch.bfloat16: "BFloat16"}
-
-
 def _one_dtype(params, *lists) -> None:
     """The CPU's fused kernels take each parameter's gradient and state in its dtype (a model
     made bfloat16 after its fused Adam's first step: wse ran the update in mixed dtypes)."""
@@ -70,8 +67,8 @@ def _one_dtype(params, *lists) -> None:
         for ts in lists:
             t = ts[i] if ts else None
             if t is not None and t.dtype is not p.dtype:
-                raise RuntimeError(f"expected scalar type {_SCALAR_TYPE.get(p.dtype, p.dtype)} "
-                                   f"but found {_SCALAR_TYPE.get(t.dtype, t.dtype)}")
+                raise RuntimeError(f"expected scalar type {SCALAR_TYPE.get(p.dtype, p.dtype)} "
+                                   f"but found {SCALAR_TYPE.get(t.dtype, t.dtype)}")
 
 
 def _start(params, grads, grad_scale, found_inf, maximize, weight_decay) -> tuple:

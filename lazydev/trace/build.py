@@ -131,6 +131,9 @@ def take_rows(x: Node, index: Node) -> Node:
 
 
 HALF = (torch.float16, torch.bfloat16)     # the half types, which ATen computes in float
+# ATen's names of the floating types, as its messages give them ("expected scalar type Float")
+SCALAR_TYPE = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+               torch.bfloat16: "BFloat16"}
 
 
 def permute(n: Node, perm) -> Node:

@@ -12,14 +12,13 @@ import math
 
 import torch
 
-from .build import Unsupported, as_node, cast, const, ew, reduce
+from .build import HALF, SCALAR_TYPE, Unsupported, as_node, cast, const, ew, reduce
 from .ir import Node, Op
 from .lower import register
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 _FLOAT = (torch.float32, torch.float64)
-_HALVES = {torch.float16: "Half", torch.bfloat16: "BFloat16"}
 
 
 def special(name: str, dtype, shape, *srcs: Node, consts: tuple = ()) -> Node:
@@ -30,10 +29,10 @@ def special(name: str, dtype, shape, *srcs: Node, consts: tuple = ()) -> Node:
 def _check_dtype(dtype, halves: bool, name: str) -> None:
     """The CPU kernel's own error for a half dtype it has no kernel for (the aten op would
     otherwise decompose into prims that compute in float and succeed where the CPU fails)."""
-    if dtype in _HALVES and not halves:
+    if dtype in HALF and not halves:
         kernel = name.removeprefix("calc_").removesuffix("_forward")
-        raise NotImplementedError(f'"{kernel}_cpu" not implemented for \'{_HALVES[dtype]}\'')
-    if dtype not in _FLOAT and dtype not in _HALVES:
+        raise NotImplementedError(f'"{kernel}_cpu" not implemented for \'{SCALAR_TYPE[dtype]}\'')
+    if dtype not in _FLOAT and dtype not in HALF:
         raise Unsupported(f"{name} of {dtype}")
 
 
@@ -138,7 +137,7 @@ def _nextafter(spec, a, b):
     rounding back undid it: nextafter(1, 2) gave 1); float32/64 by C's nextafter."""
     dt = spec.dtype
     x, y = (cast(as_node(v, dt), dt) for v in (a, b))
-    if dt in _HALVES:
+    if dt in HALF:
         name = "nextafter_f16" if dt is torch.float16 else "nextafter_bf16"
         return special(name, dt, spec.shape, x, y)
     return ew(Op.NEXTAFTER, dt, spec.shape, x, y)
